@@ -1,0 +1,63 @@
+"""fusetree: lazy NumPy-style array expressions fused into single kernels.
+
+>>> import numpy as np, fusetree as ft
+>>> a = ft.asarray(np.linspace(-1, 1, 8, dtype=np.float32))
+>>> b = ft.sigmoid(a) * ft.tanh(a) + 1      # one fused kernel, compiled once per structure
+>>> np.allclose(b.numpy(), 1 / (1 + np.exp(-a.numpy())) * np.tanh(a.numpy()) + 1, atol=1e-6)
+True
+"""
+
+from __future__ import annotations
+
+from . import ops as _ops
+from .api import evaluate, explain, to_dot, to_networkx
+from .config import get as get_options
+from .config import options
+from .errors import (
+    CompileError,
+    DeviceError,
+    DTypeError,
+    FusetreeError,
+    ShapeError,
+    UnsupportedError,
+)
+from .lazy import (
+    Array,
+    asarray,
+    astype,
+    clip,
+    empty,
+    empty_like,
+    full,
+    full_like,
+    matmul,
+    ones,
+    ones_like,
+    power,
+    where,
+    zeros,
+    zeros_like,
+)
+from .lazy import FUNCTIONS as _FUNCTIONS
+from .runtime import clear_cache, reset_stats, stats
+
+__version__ = "0.1.0"
+
+globals().update({k: v for k, v in _FUNCTIONS.items() if k not in globals()})
+divide = _FUNCTIONS["true_divide"]
+abs = _FUNCTIONS["absolute"]  # noqa: A001
+ndarray = Array
+
+OP_NAMES = tuple(sorted(_ops.OPS))
+
+__all__ = [
+    "Array", "ndarray", "asarray", "astype", "clip", "empty", "empty_like", "full", "full_like",
+    "matmul", "ones", "ones_like", "power", "where", "zeros", "zeros_like", "evaluate", "explain",
+    "to_dot", "to_networkx", "options", "get_options", "stats", "reset_stats", "clear_cache",
+    "FusetreeError", "ShapeError", "DTypeError", "DeviceError", "UnsupportedError", "CompileError",
+    "divide", "abs", "OP_NAMES", *sorted(k for k in _FUNCTIONS if k != "power"),
+]  # fmt: skip
+
+
+def __getattr__(name: str) -> object:
+    raise AttributeError(f"module 'fusetree' has no attribute {name!r}")

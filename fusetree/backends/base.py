@@ -1,0 +1,60 @@
+"""What every backend provides (pure Python: no numba or cupy here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+class Backend:
+    """Interface of a backend; see cpu.py and cuda.py."""
+
+    name = "base"
+    device = "cpu"
+    target = "cpu"  # codegen target
+    gemm_accumulate = False  # can ``matmul(..., out=buf, accumulate=True)`` add into buf (beta=1)
+    xp: Any = np
+
+    def storage_dtype(self, dt: np.dtype) -> np.dtype:
+        """The dtype the kernel sees for a buffer of ``dt`` (the CPU backend widens float16)."""
+        return dt
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        return self.xp.empty(shape, dtype=dtype)
+
+    def asarray(self, obj: Any) -> Any:
+        return self.xp.asarray(obj)
+
+    def to_numpy(self, data: Any) -> np.ndarray:
+        return np.asarray(data)
+
+    def reshape_view(self, data: Any, shape: tuple[int, ...]) -> Any | None:
+        """A no-copy reshape of ``data``, or None when that needs a copy."""
+        try:
+            return np.reshape(data, shape, copy=False)
+        except ValueError:
+            return None
+
+    def may_share_memory(self, a: Any, b: Any) -> bool:
+        return bool(np.may_share_memory(a, b))
+
+    def same_view(self, a: Any, b: Any) -> bool:
+        return bool(
+            a.shape == b.shape
+            and a.strides == b.strides
+            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+        )
+
+    # -- kernels ----------------------------------------------------------------------------
+    def compile(self, spec: Any, source: str) -> Any:
+        raise NotImplementedError
+
+    def bind(self, leaf: Any, layout: str) -> tuple:
+        raise NotImplementedError
+
+    def launch(self, plan: Any, args: list, shape: tuple[int, ...]) -> None:
+        raise NotImplementedError
+
+    def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
+        raise NotImplementedError

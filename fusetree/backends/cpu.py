@@ -1,0 +1,314 @@
+"""CPU backend: generated loops compiled by numba ``njit(parallel=True)``.
+
+float32 ``exp``, ``tanh`` and ``sigmoid`` use branch-free polynomial versions (Cephes-style, ~1-2
+ulp) that LLVM vectorizes: numba's ``math.exp``/``math.tanh`` are scalar libm calls, so a fused
+loop would otherwise lose to NumPy's SIMD loops. float64 uses libm. numba has no float16 on the
+CPU: float16 buffers are widened to float32 around the kernel (computation is float32 anyway).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numba
+import numpy as np
+from llvmlite import ir as llir
+from numba import njit, prange, types
+from numba.extending import intrinsic
+
+from .. import config, dtypes
+from .base import Backend
+
+_F = np.float32
+_jit = njit(error_model="numpy", cache=False)
+
+
+@intrinsic
+def _f32_from_bits(typingctx, i):  # type: ignore[no-untyped-def]
+    sig = types.float32(types.int32)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], llir.FloatType())
+
+    return sig, codegen
+
+
+@_jit
+def exp_f4(x):  # type: ignore[no-untyped-def]
+    xc = min(max(x, _F(-104.0)), _F(89.0))
+    n = np.floor(xc * _F(1.44269504088896341) + _F(0.5))
+    r = xc - n * _F(0.693359375)
+    r = r - n * _F(-2.12194440e-4)
+    z = r * r
+    p = (((((_F(1.9875691500e-4) * r + _F(1.3981999507e-3)) * r + _F(8.3334519073e-3)) * r
+          + _F(4.1665795894e-2)) * r + _F(1.6666665459e-1)) * r + _F(5.0000001201e-1)) * z + r + _F(1.0)  # fmt: skip
+    ni = np.int32(n)
+    h = ni >> np.int32(1)
+    s1 = _f32_from_bits((h + np.int32(127)) << np.int32(23))
+    s2 = _f32_from_bits((ni - h + np.int32(127)) << np.int32(23))
+    y = p * s1 * s2
+    return x if x != x else y
+
+
+@_jit
+def tanh_f4(x):  # type: ignore[no-untyped-def]
+    ax = abs(x)
+    z = x * x
+    small = ((((_F(-5.70498872745e-3) * z + _F(2.06390887954e-2)) * z - _F(5.37397155531e-2)) * z
+              + _F(1.33314422036e-1)) * z - _F(3.33332819422e-1)) * z * x + x  # fmt: skip
+    e = exp_f4(_F(2.0) * ax)
+    big = _F(1.0) - _F(2.0) / (e + _F(1.0))
+    big = big if x >= _F(0.0) else -big
+    return small if ax < _F(0.625) else big
+
+
+@_jit
+def sigmoid_f4(x):  # type: ignore[no-untyped-def]
+    return _F(1.0) / (_F(1.0) + exp_f4(-x))
+
+
+@_jit
+def sigmoid_f8(x):  # type: ignore[no-untyped-def]
+    return 1.0 / (1.0 + math.exp(-x))
+
+
+@_jit
+def _divmod(a, b):  # type: ignore[no-untyped-def]
+    # NumPy's npy_divmod: floor division and Python-style remainder for floats
+    mod = math.fmod(a, b)
+    if b == 0:
+        return a / b, mod
+    div = (a - mod) / b
+    if mod != 0:
+        if (b < 0) != (mod < 0):
+            mod += b
+            div -= 1
+    else:
+        mod = math.copysign(0.0, b)
+    if div != 0:
+        fl = np.floor(div)
+        if div - fl > 0.5:
+            fl += 1
+    else:
+        fl = math.copysign(0.0, a / b)
+    return fl, mod
+
+
+@_jit
+def floordiv(a, b):  # type: ignore[no-untyped-def]
+    return _divmod(a, b)[0]
+
+
+@_jit
+def fmod_py(a, b):  # type: ignore[no-untyped-def]
+    return _divmod(a, b)[1]
+
+
+@_jit
+def rint(x):  # type: ignore[no-untyped-def]
+    r = np.floor(x)
+    d = x - r
+    if d > 0.5 or (d == 0.5 and r - 2.0 * np.floor(r * 0.5) != 0.0):
+        r += 1
+    return r
+
+
+@_jit
+def ifloordiv(a, b):  # type: ignore[no-untyped-def]
+    return a // b
+
+
+@_jit
+def imod(a, b):  # type: ignore[no-untyped-def]
+    return a % b
+
+
+@_jit
+def ipow(a, b):  # type: ignore[no-untyped-def]
+    # integer power by squaring; negative exponents give the truncated real result (NumPy raises)
+    if b < 0:
+        return 1 if a == 1 else ((1 if b % 2 == 0 else -1) if a == -1 else 0)
+    r = a - a + 1
+    while b:
+        if b & 1:
+            r = r * a
+        a = a * a
+        b = b >> 1
+    return r
+
+
+@_jit
+def maximum(a, b):  # type: ignore[no-untyped-def]
+    return a if (a >= b or a != a) else b
+
+
+@_jit
+def minimum(a, b):  # type: ignore[no-untyped-def]
+    return a if (a <= b or a != a) else b
+
+
+@_jit
+def fmax(a, b):  # type: ignore[no-untyped-def]
+    return a if (a >= b or b != b) else b
+
+
+@_jit
+def fmin(a, b):  # type: ignore[no-untyped-def]
+    return a if (a <= b or b != b) else b
+
+
+@_jit
+def sign(x):  # type: ignore[no-untyped-def]
+    return 1 if x > 0 else (-1 if x < 0 else x)
+
+
+@_jit
+def ireciprocal(x):  # type: ignore[no-untyped-def]
+    return 1 if x == 1 else (-1 if x == -1 else 0)
+
+
+@_jit
+def isinf(x):  # type: ignore[no-untyped-def]
+    return math.isinf(x)
+
+
+@_jit
+def isfinite(x):  # type: ignore[no-untyped-def]
+    return math.isfinite(x)
+
+
+def _unary(fn):  # type: ignore[no-untyped-def]
+    def f(x):  # type: ignore[no-untyped-def]
+        return fn(x)
+
+    return njit(error_model="numpy")(f)
+
+
+def _namespace() -> dict[str, Any]:
+    ns: dict[str, Any] = {"np": np, "math": math, "prange": prange}
+    for d in dtypes.SUPPORTED:
+        ns[dtypes.CTOR[d]] = d.type
+    generic = dict(floordiv=floordiv, fmod_py=fmod_py, rint=rint)
+    for name, f in dict(
+        ifloordiv=ifloordiv, imod=imod, ipow=ipow, maximum=maximum, minimum=minimum, fmax=fmax,
+        fmin=fmin, sign=sign, ireciprocal=ireciprocal, isinf=isinf, isfinite=isfinite,
+    ).items():  # fmt: skip
+        ns[name] = f
+    libm = {
+        "exp": math.exp, "exp2": lambda x: 2.0**x, "expm1": math.expm1, "log": math.log,
+        "log2": math.log2, "log10": math.log10, "log1p": math.log1p, "sin": math.sin,
+        "cos": math.cos, "tan": math.tan, "tanh": math.tanh, "sinh": math.sinh, "cosh": math.cosh,
+        "asin": math.asin, "acos": math.acos, "atan": math.atan, "erf": math.erf,
+        "sqrt": math.sqrt, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
+    }  # fmt: skip
+    for name, f in libm.items():
+        ns[f"{name}_f4"] = ns[f"{name}_f8"] = _unary(f)
+    ns["exp2_f4"] = njit(error_model="numpy")(lambda x: _F(2.0) ** x)
+    ns["rsqrt_f4"] = njit(error_model="numpy")(lambda x: _F(1.0) / math.sqrt(x))
+    ns["rsqrt_f8"] = njit(error_model="numpy")(lambda x: 1.0 / math.sqrt(x))
+    ns["pow_f4"] = ns["pow_f8"] = njit(error_model="numpy")(lambda a, b: a**b)
+    ns["atan2_f4"] = ns["atan2_f8"] = njit(error_model="numpy")(lambda a, b: math.atan2(a, b))
+    for name, f in generic.items():
+        ns[f"{name}_f4"] = ns[f"{name}_f8"] = f
+    ns["exp_f4"], ns["tanh_f4"], ns["sigmoid_f4"], ns["sigmoid_f8"] = exp_f4, tanh_f4, sigmoid_f4, sigmoid_f8
+    return ns
+
+
+class CPUBackend(Backend):
+    name = "cpu"
+    device = "cpu"
+    target = "cpu"
+    xp = np
+
+    def __init__(self) -> None:
+        self.ns = _namespace()
+
+    def storage_dtype(self, dt: np.dtype) -> np.dtype:
+        return np.dtype(np.float32) if dt == np.float16 else dt
+
+    def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
+        ns = dict(self.ns)
+        exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
+        fn = ns[spec.name]
+        sig = self._signature(spec)
+        par = config.current.cpu_parallel
+        kernel = njit(sig, parallel=par, error_model="numpy", nogil=True)(fn)
+        return kernel, {}
+
+    def _signature(self, spec: Any) -> Any:
+        arr = lambda dt: types.Array(numba.from_dtype(self.storage_dtype(dt)), 1, "C")  # noqa: E731
+        nd = 1 if spec.flat else max(spec.ndim, 1)
+        sig: list[Any] = []
+        for lf in spec.leaves:
+            if lf.kind == "scalar":
+                sig.append(numba.from_dtype(lf.dtype))
+                continue
+            sig.append(arr(lf.dtype))
+            if not spec.flat and lf.layout != "C":
+                sig += [types.int64] * (nd + 1)
+        for o in spec.outs:
+            sig.append(arr(o.dtype))
+            if not spec.flat and o.layout != "C":
+                sig += [types.int64] * (nd + 1)
+        sig += [types.int64] * nd
+        return types.void(*sig)
+
+    def scalar_arg(self, leaf: Any) -> Any:
+        return leaf.dtype.type(leaf.data)
+
+    def bind(self, data: np.ndarray, layout: str, flat: bool) -> tuple:
+        if data.dtype == np.float16:
+            data = data.astype(np.float32)
+        if flat or layout == "C":
+            return (data.reshape(-1),)
+        base, off, strides, _ = _flat_view(data)
+        return (base, off, *strides)
+
+    def launch(self, plan: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
+        flat = plan.spec.flat
+        staged = []
+        for o, lay in zip(outs, layouts):
+            buf = o
+            if o.dtype == np.float16:
+                buf = np.empty(o.shape, np.float32)
+                staged.append((o, buf))
+            if flat or lay == "C":
+                args.append(buf.reshape(-1))
+                continue
+            base, off, strides, copied = _flat_view(buf)
+            if copied:  # a view of foreign memory: write a copy, then copy back
+                staged.append((o, base.reshape(buf.shape)))
+                strides = tuple(s // buf.itemsize for s in base.reshape(buf.shape).strides)
+            args.extend((base, off, *strides))
+        if flat:
+            args.append(int(np.prod(shape, dtype=np.int64)))
+        else:
+            args.extend(shape)
+        plan.kernel(*args)
+        for o, buf in staged:
+            np.copyto(o, buf, casting="unsafe")
+
+    def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
+        return np.matmul(a, b)
+
+    def copy(self, dst: Any, src: Any) -> None:
+        np.copyto(dst, src, casting="unsafe")
+
+
+def _flat_view(v: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...], bool]:
+    """(1-D C array over v's memory, element offset of v[0,...,0], element strides, copied)."""
+    item = v.itemsize
+    b = v
+    while isinstance(b.base, np.ndarray):
+        b = b.base
+    if b.dtype == v.dtype and b.flags.c_contiguous and b.size:
+        off = v.__array_interface__["data"][0] - b.__array_interface__["data"][0]
+        if off % item == 0 and all(s % item == 0 for s in v.strides):
+            return b.reshape(-1), off // item, tuple(s // item for s in v.strides), False
+    c = np.ascontiguousarray(v)  # unusual base (foreign buffer, odd strides): use a copy
+    return c.reshape(-1), 0, tuple(s // item for s in c.strides), True
+
+
+def make_backend() -> CPUBackend:
+    return CPUBackend()

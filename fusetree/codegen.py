@@ -1,0 +1,265 @@
+"""Render a kernel group as Python source in numba's kernel dialect (pure string work).
+
+One :class:`KernelSpec` (leaves, ops in topological order, outputs) is rendered for a target:
+
+* ``cpu``: a function of 1-D arrays, element offsets and strides, looping with ``prange`` over the
+  outer dimension and ``range`` inside (compiled by numba ``njit(parallel=True)``);
+* ``cuda``: a grid-stride kernel over raw pointers, one pointer per array, strides and sizes as
+  int64 arguments (compiled by ``numba.cuda.compile_ptx``), loaded and launched by the driver.
+
+The body (loads, one line per op, stores) is shared. Names are stable: ``in3`` is leaf 3, ``s2`` a
+scalar argument, ``t5`` the value of op 5, ``out0`` output 0; the header lists the key and signature.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import dtypes
+from .ops import OPS, operand_dtype
+
+Ref = tuple[str, int]  # ("x", leaf index) or ("t", op index)
+
+
+@dataclass(frozen=True)
+class LeafSpec:
+    kind: str  # "buffer" or "scalar"
+    dtype: np.dtype  # logical dtype
+    layout: str  # "C", "I", "S"; "" for scalars
+    weak: type | None = None
+
+    @property
+    def desc(self) -> dtypes.Desc:
+        return self.weak if self.weak is not None else self.dtype
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    op: str
+    dtype: np.dtype
+    attrs: tuple
+    args: tuple[Ref, ...]
+
+
+@dataclass(frozen=True)
+class OutSpec:
+    ref: Ref
+    dtype: np.dtype
+    layout: str
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    name: str
+    key_text: str
+    ndim: int
+    leaves: tuple[LeafSpec, ...]
+    ops: tuple[OpSpec, ...]
+    outs: tuple[OutSpec, ...]
+
+    @property
+    def flat(self) -> bool:
+        """All arrays C-contiguous: the kernel runs over one flat index."""
+        return all(lf.layout in ("C", "") for lf in self.leaves) and all(
+            o.layout == "C" for o in self.outs
+        )
+
+    def param_count(self, target: str) -> int:
+        """Number of kernel parameters (each 8 bytes on CUDA)."""
+        nd = 1 if self.flat else max(self.ndim, 1)
+        per_array = 1 if self.flat else (nd + (1 if target == "cpu" else 0))
+        n = 0
+        for lf in self.leaves:
+            n += 1 if lf.kind == "scalar" or lf.layout == "C" else per_array
+        n += sum(1 if o.layout == "C" else per_array for o in self.outs)
+        return n + nd + 1
+
+
+class Writer:
+    """A tiny indenting source writer."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.level = 0
+
+    def __call__(self, line: str = "") -> None:
+        self.lines.append("    " * self.level + line if line else "")
+
+    def indent(self) -> Writer:
+        self.level += 1
+        return self
+
+    def dedent(self) -> None:
+        self.level -= 1
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def cast(expr: str, src: np.dtype, dst: np.dtype) -> str:
+    """Expression converting ``expr`` (of dtype ``src``) to ``dst``."""
+    if src == dst:
+        return expr
+    if dst.kind == "b":
+        return f"({expr} != 0)"
+    return f"{dtypes.CTOR[dst]}({expr})"
+
+
+def convert(expr: str, dst: np.dtype) -> str:
+    """Force an op template's result (whose numba type is not tracked) to ``dst``."""
+    if dst.kind == "b":
+        return f"(({expr}) != 0)"
+    return f"{dtypes.CTOR[dst]}({expr})"
+
+
+def _body(spec: KernelSpec, w: Writer, load, store, storage) -> None:
+    """Loads, one assignment per op, stores. ``load(i)``/``store(k)`` give array element exprs."""
+    reg: dict[Ref, np.dtype] = {}
+    desc: dict[Ref, dtypes.Desc] = {}
+    name: dict[Ref, str] = {}
+    used = {r for o in spec.ops for r in o.args} | {o.ref for o in spec.outs}
+    for i, lf in enumerate(spec.leaves):
+        r: Ref = ("x", i)
+        desc[r] = lf.desc
+        if lf.kind == "scalar":
+            reg[r] = lf.dtype  # passed as its own (weak default or strong) dtype
+            name[r] = f"s{i}"
+        elif r in used:
+            reg[r] = dtypes.register(lf.dtype)
+            name[r] = f"x{i}"
+            w(f"x{i} = {cast(load(i), storage(lf.dtype), reg[r])}")
+    for j, o in enumerate(spec.ops):
+        d = OPS[o.op]
+        descs = tuple(desc[a] for a in o.args)
+        operands = [
+            cast(name[a], reg[a], operand_dtype(o.op, descs, o.dtype, k)) for k, a in enumerate(o.args)
+        ]
+        out_reg = dtypes.register(o.dtype)
+        kind = (
+            operand_dtype(o.op, descs, o.dtype, 0).kind
+            if d.operands in ("keep", "common")
+            else out_reg.kind
+        )
+        tmpl = d.template_for(kind)
+        expr = tmpl.format(*operands, T=dtypes.CTOR[out_reg], t=dtypes.SHORT[out_reg])
+        r = ("t", j)
+        w(f"t{j} = {convert(expr, out_reg)}")
+        reg[r], desc[r], name[r] = out_reg, o.dtype, f"t{j}"
+    for k, o in enumerate(spec.outs):
+        w(f"{store(k)} = {cast(name[o.ref], reg[o.ref], storage(o.dtype))}")
+
+
+def header(spec: KernelSpec, target: str, params: list[str]) -> list[str]:
+    sig = ", ".join(params)
+    ins = ", ".join(
+        f"in{i}:{lf.dtype.name}[{lf.layout}]" if lf.kind == "buffer" else f"s{i}:{lf.desc if lf.weak is None else 'weak ' + lf.weak.__name__}"
+        for i, lf in enumerate(spec.leaves)
+    )
+    outs = ", ".join(f"out{k}:{o.dtype.name}[{o.layout}]" for k, o in enumerate(spec.outs))
+    return [
+        f"# fusetree kernel {spec.name}  target={target}  ndim={spec.ndim}  flat={spec.flat}",
+        f"# key: {spec.key_text}",
+        f"# inputs: {ins or '-'}",
+        f"# outputs: {outs}",
+        f"# signature: {spec.name}({sig})",
+    ]
+
+
+def _params(spec: KernelSpec, target: str) -> list[str]:
+    flat = spec.flat
+    nd = max(spec.ndim, 1)
+    p: list[str] = []
+    for i, lf in enumerate(spec.leaves):
+        if lf.kind == "scalar":
+            p.append(f"s{i}")
+            continue
+        p.append(f"in{i}")
+        if flat or lf.layout == "C":
+            continue
+        if target == "cpu":
+            p.append(f"in{i}_o")
+        p += [f"in{i}_s{d}" for d in range(nd)]
+    for k, o in enumerate(spec.outs):
+        p.append(f"out{k}")
+        if flat or o.layout == "C":
+            continue
+        if target == "cpu":
+            p.append(f"out{k}_o")
+        p += [f"out{k}_s{d}" for d in range(nd)]
+    p += ["n"] if flat else [f"n{d}" for d in range(nd)]
+    return p + (["ntotal"] if target == "cuda" else [])
+
+
+def render(spec: KernelSpec, target: str, storage=lambda dt: dt) -> tuple[str, list[str]]:
+    """Source of ``spec`` for ``target`` and its parameter names."""
+    params = _params(spec, target)
+    if target == "cpu":
+        params = [p for p in params if p != "ntotal"]
+    w = Writer()
+    for line in header(spec, target, params):
+        w(line)
+    w(f"def {spec.name}({', '.join(params)}):")
+    w.indent()
+    arrays = [(f"in{i}", lf.layout) for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"]
+    arrays += [(f"out{k}", o.layout) for k, o in enumerate(spec.outs)]
+    leaf_name = {i: f"in{i}" for i in range(len(spec.leaves))}
+    nd = max(spec.ndim, 1)
+    if spec.flat:
+        idx = {a: "i" for a, _ in arrays}
+        if target == "cpu":
+            w("for i in prange(n):")
+        else:
+            w("i = cuda.grid(1)")
+            w("step = cuda.gridsize(1)")
+            w("while i < n:")
+        w.indent()
+    elif target == "cpu":
+        # nested loops; C arrays follow the linear index, others their own strided position
+        idx = {}
+        for d in range(nd):
+            loop = "prange" if d == 0 else "range"
+            w(f"for i{d} in {loop}(n{d}):")
+            w.indent()
+            last = d == nd - 1
+            w(f"lin{d} = {'i0' if d == 0 else f'lin{d - 1} * n{d} + i{d}'}")
+            for a, lay in arrays:
+                if lay == "C":
+                    continue
+                prev = f"{a}_o" if d == 0 else f"{a}_p{d - 1}"
+                if last:
+                    step = f"i{d}" if lay == "I" else f"i{d} * {a}_s{d}"
+                    idx[a] = f"{prev} + {step}"
+                else:
+                    w(f"{a}_p{d} = {prev} + i{d} * {a}_s{d}")
+        for a, lay in arrays:
+            if lay == "C":
+                idx[a] = f"lin{nd - 1}"
+    else:
+        w("i = cuda.grid(1)")
+        w("step = cuda.gridsize(1)")
+        w("while i < ntotal:")
+        w.indent()
+        w("r = i")
+        for d in range(nd - 1, -1, -1):
+            w(f"i{d} = r % n{d}" if d else "i0 = r")
+            if d:
+                w(f"r = r // n{d}")
+        idx = {}
+        for a, lay in arrays:
+            if lay == "C":
+                idx[a] = "i"
+                continue
+            terms = [f"i{d}" if lay == "I" and d == nd - 1 else f"i{d} * {a}_s{d}" for d in range(nd)]
+            idx[a] = " + ".join(terms)
+    _body(
+        spec,
+        w,
+        load=lambda i: f"{leaf_name[i]}[{idx[leaf_name[i]]}]",
+        store=lambda k: f"out{k}[{idx[f'out{k}']}]",
+        storage=storage,
+    )
+    if target == "cuda":
+        w("i += step")
+    return w.text(), params

@@ -1,0 +1,76 @@
+"""Runtime options and the limits that shape kernels (kept in one place)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, fields, replace
+
+# CUDA passes kernel parameters through a 4 KB constant bank. Every fusetree kernel parameter is
+# 8 bytes (a pointer, an int64 size/stride/offset or a float64 scalar), so a kernel takes at most
+# 512 of them; we keep some headroom. Kernels that would need more are split by the fuser.
+MAX_KERNEL_PARAMS = 480
+
+# Bumped whenever generated code changes meaning; part of every kernel key and disk-cache entry.
+CODEGEN_VERSION = 1
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    v = os.environ.get(name)
+    if v is None or v == "":
+        return default
+    return v.strip().lower() not in ("0", "false", "no", "off")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Process-wide settings; change them with :func:`fusetree.options`."""
+
+    fuse: bool = True  # False: one kernel per op node, launched eagerly (the unfused baseline)
+    debug: bool = False  # print every newly generated kernel's source
+    cpu_parallel: bool = True  # numba parallel=True loops on the CPU backend
+    max_kernel_params: int = MAX_KERNEL_PARAMS
+
+
+def _from_env() -> Options:
+    return Options(
+        fuse=_env_flag("FUSETREE_FUSE", True),
+        debug=_env_flag("FUSETREE_DEBUG", False),
+        cpu_parallel=_env_flag("FUSETREE_CPU_PARALLEL", True),
+        max_kernel_params=int(os.environ.get("FUSETREE_MAX_KERNEL_PARAMS", MAX_KERNEL_PARAMS)),
+    )
+
+
+_lock = threading.Lock()
+current: Options = _from_env()
+
+
+def get() -> Options:
+    """The options in force."""
+    return current
+
+
+@contextlib.contextmanager
+def options(**changes: object) -> Iterator[Options]:
+    """Temporarily change options.
+
+    >>> import fusetree as ft
+    >>> with ft.options(fuse=False):
+    ...     ft.get_options().fuse
+    False
+    """
+    global current
+    known = {f.name for f in fields(Options)}
+    bad = sorted(set(changes) - known)
+    if bad:
+        raise TypeError(f"unknown fusetree option(s) {bad}; known options are {sorted(known)}")
+    with _lock:
+        saved = current
+        current = replace(current, **changes)  # type: ignore[arg-type]
+    try:
+        yield current
+    finally:
+        with _lock:
+            current = saved

@@ -1,0 +1,521 @@
+"""Lazy arrays: NumPy-named operators and functions that build IR nodes instead of computing.
+
+Nothing here imports numba or cupy. Broadcasting and basic-indexing views are pushed down to the
+leaves when a node is built, so every node of an elementwise tree has the shape of its consumer and
+every leaf is a zero-copy strided view; a kernel reads its inputs through strides.
+"""
+
+from __future__ import annotations
+
+import builtins
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import backends, config, dtypes, ir, runtime
+from .errors import DeviceError, ShapeError, UnsupportedError
+from .ir import Node
+from .ops import BINARY_OPERATORS, OPS, UNARY_OPERATORS, result_dtype
+
+# Live, pending (unrealized) arrays: id -> weakref. Realizing a value also stores the live pending
+# values that are part of its kernel (same shape and device); see runtime.realize.
+PENDING = runtime.PENDING
+
+
+class Array:
+    """A fusetree array: a lazy expression, or a realized buffer (NumPy or CuPy memory).
+
+    >>> import numpy as np, fusetree as ft
+    >>> x = ft.asarray(np.arange(4, dtype=np.float32))
+    >>> y = ft.exp(x) * 2 + 1          # builds a tree; nothing runs yet
+    >>> np.allclose(np.asarray(y), np.exp(np.arange(4)) * 2 + 1)
+    True
+    """
+
+    __slots__ = ("_node", "__weakref__")
+    __array_priority__ = 100.0
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in NumPy
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        if not node.is_leaf or node.op == "matmul":
+            PENDING[id(self)] = weakref.ref(self)
+
+    # -- attributes ------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._node.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._node.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self._node.shape, dtype=np.int64))
+
+    @property
+    def device(self) -> str:
+        return self._node.device or "cpu"
+
+    @property
+    def T(self) -> Array:
+        return self.transpose()
+
+    @property
+    def is_realized(self) -> bool:
+        """True when the array is backed by a buffer (no pending computation)."""
+        return self._node.op == "buffer"
+
+    @property
+    def data(self) -> Any:
+        """The backing NumPy/CuPy array (realizes the value first)."""
+        runtime.realize([self])
+        return self._node.data
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d fusetree array")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[Array]:
+        for i in range(len(self)):
+            yield self[i]
+
+    # -- realization -----------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """Realize and return the value as a NumPy array (copied from the device if needed)."""
+        runtime.realize([self])
+        return backends.get(self.device).to_numpy(self._node.data)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self.numpy()
+        if dtype is not None:
+            a = a.astype(dtype, copy=False)
+        return np.array(a, copy=True) if copy else a
+
+    def item(self) -> Any:
+        return self.numpy().item()
+
+    def __float__(self) -> float:
+        return float(self.numpy())
+
+    def __int__(self) -> int:
+        return int(self.numpy())
+
+    def __bool__(self) -> bool:
+        return bool(self.numpy())
+
+    def __index__(self) -> int:
+        return self.numpy().__index__()
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), separator=", ", prefix="ft.Array(")
+        return f"ft.Array({body}, dtype={self.dtype}, device='{self.device}')"
+
+    __str__ = __repr__
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self.device != "cuda":
+            raise AttributeError("__cuda_array_interface__ is only defined for device='cuda'")
+        return self.data.__cuda_array_interface__
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.data.__dlpack_device__()
+
+    # -- NumPy interop ---------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        name = {"divide": "true_divide", "abs": "absolute"}.get(ufunc.__name__, ufunc.__name__)
+        if method == "__call__" and not kwargs and name in OPS and OPS[name].arity == len(inputs):
+            return elementwise(name, *inputs)
+        arrays = [np.asarray(x) if isinstance(x, Array) else x for x in inputs]
+        return getattr(ufunc, method)(*arrays, **kwargs)
+
+    # -- views -----------------------------------------------------------------------------
+    def __getitem__(self, key: Any) -> Array:
+        key = _check_index(key, self.shape)
+        shape = _dummy(self.shape)[key].shape
+        return Array(_view(self._node, lambda d: d[key], shape, "index"))
+
+    def transpose(self, *axes: Any) -> Array:
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], Sequence)):
+            axes = tuple(axes[0]) if axes[0] is not None else ()
+        ax: tuple[int, ...] | None = tuple(int(a) for a in axes) if axes else None
+        try:
+            shape = _dummy(self.shape).transpose(ax).shape
+        except (ValueError, np.exceptions.AxisError) as e:
+            raise ShapeError(f"transpose: axes {axes} do not fit shape {self.shape}: {e}") from None
+        return Array(_view(self._node, lambda d: d.transpose(ax), shape, "transpose"))
+
+    def reshape(self, *shape: Any) -> Array:
+        if len(shape) == 1 and isinstance(shape[0], Sequence | np.ndarray):
+            shape = tuple(shape[0])
+        new = _resolve_shape(tuple(int(s) for s in shape), self.shape)
+        be = backends.get(self.device)
+        node = self._node
+
+        def leaf_fn(d: Any) -> Any:
+            v = be.reshape_view(d, new)
+            return v if v is not None else be.xp.reshape(be.xp.ascontiguousarray(d), new)
+
+        return Array(_view(node, leaf_fn, new, "reshape"))
+
+    def astype(self, dtype: Any) -> Array:
+        dt = dtypes.check(dtype, "astype")
+        if dt == self.dtype:
+            return self
+        return elementwise("astype", self, attrs=(dt,))
+
+    # -- in-place writes (neon style: out[...] = expr) ----------------------------------------
+    def __setitem__(self, key: Any, value: Any) -> None:
+        key = _check_index(key, self.shape)
+        runtime.realize([self])
+        target = self._node.data[key]
+        runtime.assign(target, self.device, value)
+
+    # -- matmul ----------------------------------------------------------------------------
+    def __matmul__(self, other: Any) -> Array:
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Array:
+        return matmul(other, self)
+
+    def sum(self, *a: Any, **k: Any) -> Any:  # reductions arrive with their own issue
+        raise UnsupportedError("reductions are not implemented yet; use np.asarray(x).sum()")
+
+
+def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
+    def method(self: Array, other: Any) -> Array:
+        if not _is_operand(other):
+            return NotImplemented  # type: ignore[return-value]
+        return elementwise(name, other, self) if reflected else elementwise(name, self, other)
+
+    return method
+
+
+for _m, _name in BINARY_OPERATORS.items():
+    setattr(Array, _m, _binary(_name, False))
+    if _m not in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
+        setattr(Array, "__r" + _m[2:], _binary(_name, True))
+for _m, _name in UNARY_OPERATORS.items():
+    setattr(Array, _m, lambda self, _n=_name: elementwise(_n, self))
+Array.__pos__ = lambda self: self  # type: ignore[attr-defined]
+
+
+def _is_operand(x: Any) -> bool:
+    return isinstance(x, Array | np.ndarray | np.generic | builtins.bool | int | float) or (
+        backends.device_of(x) is not None
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# building nodes
+
+
+def as_node(x: Any, device: str | None = None) -> Node:
+    """The IR node for an operand: fusetree arrays, NumPy/CuPy arrays, Python and NumPy scalars."""
+    if isinstance(x, Array):
+        return x._node
+    if isinstance(x, builtins.bool | int | float | np.generic) and not isinstance(x, complex):
+        if isinstance(x, np.generic):
+            dtypes.check(x.dtype, "scalar operand")
+        return ir.make_scalar(x)
+    return asarray(x, device=device)._node
+
+
+def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
+    """Build the node for op ``name`` (see fusetree.ops.OPS) over ``operands``."""
+    nodes = [as_node(x) for x in operands]
+    arrays = [n for n in nodes if n.op != "scalar"]
+    device = arrays[0].device if arrays else "cpu"
+    for n in arrays[1:]:
+        if n.device != device:
+            raise DeviceError(
+                f"{name}: operands are on different devices ({device!r} and {n.device!r}); "
+                "move them with ft.asarray(x, device=...) first"
+            )
+    descs = tuple(n.desc for n in nodes)
+    out_dt = result_dtype(name, descs, attrs)
+    for n in nodes:  # NumPy 2 refuses weak Python ints that do not fit their partner dtype
+        if n.weak is int:
+            for m in arrays:
+                dtypes.check_weak_int(n.data, m.dtype, name)
+    shape = arrays[0].shape if arrays else ()
+    for n in arrays[1:]:
+        if n.shape != shape:
+            shape = _broadcast_shapes(name, [m.shape for m in arrays])
+            break
+    args = tuple(n if n.op == "scalar" or n.shape == shape else _broadcast(n, shape) for n in nodes)
+    node = ir.make_op(name, args, out_dt, shape, device, attrs)
+    out = Array(node)
+    if not config.current.fuse:
+        runtime.realize([out])  # the unfused baseline: one kernel per op, launched eagerly
+    return out
+
+
+def _broadcast_shapes(name: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        pretty = " and ".join(str(s) for s in shapes)
+        raise ShapeError(f"{name}: operands could not be broadcast together with shapes {pretty}") from None
+
+
+def _broadcast(node: Node, shape: tuple[int, ...]) -> Node:
+    be = backends.get(node.device)
+    return _view(node, lambda d: be.xp.broadcast_to(d, shape), shape, "broadcast")
+
+
+def _view(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], what: str) -> Node:
+    """Apply a view (index, transpose, reshape, broadcast) by rebuilding the tree over viewed leaves.
+
+    Elementwise ops commute with views, and every non-scalar child has its parent's shape, so the
+    same view applies to every leaf. Pending GEMMs are computed first (a fusion boundary).
+    """
+    memo: dict[int, Node] = {}
+    stack: list[tuple[Node, bool]] = [(node, False)]
+    while stack:
+        n, ready = stack.pop()
+        if id(n) in memo:
+            continue
+        if n.op == "scalar":
+            memo[id(n)] = n
+        elif n.op in ("buffer", "matmul"):
+            data = n.data if n.op == "buffer" else runtime.compute_matmul(n)
+            memo[id(n)] = ir.make_buffer(leaf_fn(data), n.device)
+        elif not ready:
+            stack.append((n, True))
+            stack.extend((a, False) for a in n.args if id(a) not in memo)
+        else:
+            args = tuple(memo[id(a)] for a in n.args)
+            memo[id(n)] = ir.make_op(n.op, args, n.dtype, shape, n.device, n.attrs)
+    return memo[id(node)]
+
+
+def _dummy(shape: tuple[int, ...]) -> np.ndarray:
+    """A zero-memory array of ``shape`` for computing index/transposition results."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape, (0,) * len(shape))
+
+
+def _check_index(key: Any, shape: tuple[int, ...]) -> Any:
+    items = key if isinstance(key, tuple) else (key,)
+    for k in items:
+        if isinstance(k, builtins.bool | np.bool_) or not (
+            k is None or k is Ellipsis or isinstance(k, slice | int | np.integer)
+        ):
+            if isinstance(k, Array) or hasattr(k, "__len__") or isinstance(k, builtins.bool | np.bool_):
+                raise UnsupportedError(
+                    f"only basic indexing (ints, slices, None, ...) is supported, got {type(k).__name__}; "
+                    "for fancy indexing use ft.asarray(np.asarray(x)[index])"
+                )
+            raise UnsupportedError(f"invalid index {k!r} for an array of shape {shape}")
+    try:
+        _dummy(shape)[key]
+    except IndexError as e:
+        raise IndexError(f"index {key!r} is out of bounds for shape {shape}: {e}") from None
+    return key
+
+
+def _resolve_shape(new: tuple[int, ...], old: tuple[int, ...]) -> tuple[int, ...]:
+    size = int(np.prod(old, dtype=np.int64))
+    if new.count(-1) > 1:
+        raise ShapeError(f"reshape: can only specify one unknown dimension, got {new}")
+    if -1 in new:
+        rest = int(np.prod([s for s in new if s != -1], dtype=np.int64))
+        if rest == 0 or size % rest:
+            raise ShapeError(f"reshape: cannot reshape array of shape {old} into shape {new}")
+        new = tuple(size // rest if s == -1 else s for s in new)
+    if int(np.prod(new, dtype=np.int64)) != size or any(s < 0 for s in new):
+        raise ShapeError(f"reshape: cannot reshape array of shape {old} (size {size}) into shape {new}")
+    return new
+
+
+# ---------------------------------------------------------------------------------------------
+# creation
+
+
+def asarray(a: Any, dtype: Any = None, device: str | None = None) -> Array:
+    """Wrap ``a`` without copying when possible.
+
+    NumPy arrays live on "cpu"; CuPy arrays and other ``__cuda_array_interface__``/DLPack CUDA
+    arrays on "cuda". ``device`` moves (copies) the data when it differs.
+
+    >>> import numpy as np, fusetree as ft
+    >>> ft.asarray(np.ones(3, np.float32)).device
+    'cpu'
+    """
+    if isinstance(a, Array):
+        arr = a
+    else:
+        src = backends.device_of(a)
+        if src is None:
+            if isinstance(a, str | bytes) or a is None or isinstance(a, dict | set):
+                raise UnsupportedError(f"asarray: cannot make a fusetree array from {type(a).__name__} {a!r:.60}")
+            try:
+                data = np.asarray(a)
+            except Exception as e:
+                raise UnsupportedError(f"asarray: cannot convert {type(a).__name__} to an array: {e}") from None
+            if data.dtype.kind in "OUSVcM m".replace(" ", ""):
+                raise UnsupportedError(
+                    f"asarray: dtype {data.dtype} ({data.dtype.kind!r} kind) of {type(a).__name__} is not supported"
+                )
+            src = "cpu"
+        else:
+            data = backends.get(src).asarray(a)
+        dtypes.check(data.dtype, "asarray")
+        if src == "cpu" and device == "cuda-sim":
+            src = "cuda-sim"
+        arr = Array(ir.make_buffer(data, src))
+    if device is not None and device != arr.device:
+        arr = _to_device(arr, device)
+    if dtype is not None:
+        arr = arr.astype(dtype)
+    return arr
+
+
+def _to_device(a: Array, device: str) -> Array:
+    be = backends.get(device)
+    host = a.numpy()
+    return Array(ir.make_buffer(be.asarray(host), device))
+
+
+def _creation(shape: Any, dtype: Any, device: str | None, fill: Any) -> Array:
+    shape = (int(shape),) if isinstance(shape, int | np.integer) else tuple(int(s) for s in shape)
+    if any(s < 0 for s in shape):
+        raise ShapeError(f"negative dimensions are not allowed: {shape}")
+    dt = dtypes.check(np.float64 if dtype is None else dtype, "array creation")
+    be = backends.get(device or "cpu")
+    data = be.empty(shape, dt)
+    if fill is not None:
+        data[...] = fill
+    return Array(ir.make_buffer(data, be.device))
+
+
+def empty(shape: Any, dtype: Any = None, device: str | None = None) -> Array:
+    """Uninitialized array (like ``np.empty``)."""
+    return _creation(shape, dtype, device, None)
+
+
+def zeros(shape: Any, dtype: Any = None, device: str | None = None) -> Array:
+    """Array of zeros (like ``np.zeros``)."""
+    return _creation(shape, dtype, device, 0)
+
+
+def ones(shape: Any, dtype: Any = None, device: str | None = None) -> Array:
+    """Array of ones (like ``np.ones``)."""
+    return _creation(shape, dtype, device, 1)
+
+
+def full(shape: Any, fill_value: Any, dtype: Any = None, device: str | None = None) -> Array:
+    """Array filled with ``fill_value``; the dtype defaults to NumPy's choice for the value."""
+    if dtype is None:
+        dtype = np.asarray(fill_value).dtype
+    return _creation(shape, dtype, device, fill_value)
+
+
+def _like(a: Any, dtype: Any, fill: Any) -> Array:
+    x = asarray(a)
+    return _creation(x.shape, dtype or x.dtype, x.device, fill)
+
+
+def empty_like(a: Any, dtype: Any = None) -> Array:
+    """Uninitialized array with the shape (and dtype, device) of ``a``."""
+    return _like(a, dtype, None)
+
+
+def zeros_like(a: Any, dtype: Any = None) -> Array:
+    """Zeros with the shape (and dtype, device) of ``a``."""
+    return _like(a, dtype, 0)
+
+
+def ones_like(a: Any, dtype: Any = None) -> Array:
+    """Ones with the shape (and dtype, device) of ``a``."""
+    return _like(a, dtype, 1)
+
+
+def full_like(a: Any, fill_value: Any, dtype: Any = None) -> Array:
+    """``fill_value`` with the shape (and dtype, device) of ``a``."""
+    return _like(a, dtype, fill_value)
+
+
+# ---------------------------------------------------------------------------------------------
+# matmul (a fusion boundary)
+
+
+def matmul(a: Any, b: Any) -> Array:
+    """Matrix product with NumPy's ``@`` rules; a GEMM launched before the kernel that reads it.
+
+    ``x @ W + h @ U`` costs two GEMMs (on CUDA the second accumulates into the first) plus the
+    elementwise work, fused into the consumer kernel.
+    """
+    na, nb = as_node(a), as_node(b)
+    if na.op == "scalar" or nb.op == "scalar":
+        raise ShapeError("matmul: operands must be arrays, not scalars")
+    if na.device != nb.device:
+        raise DeviceError(f"matmul: operands are on different devices ({na.device!r} and {nb.device!r})")
+    sa, sb = na.shape, nb.shape
+    if sa and sb and sa[-1] == (sb[-2] if len(sb) > 1 else sb[0]):
+        ba, bb = sa[:-2], sb[:-2]
+        try:
+            batch = tuple(np.broadcast_shapes(ba, bb))
+        except ValueError:
+            batch = None
+        if batch is not None:
+            shape = batch + (sa[-2:-1] if len(sa) > 1 else ()) + (sb[-1:] if len(sb) > 1 else ())
+            dt = np.result_type(na.dtype, nb.dtype)
+            if dt.kind == "b":
+                raise ShapeError("matmul: boolean matmul is not supported")
+            dtypes.check(dt, "matmul")
+            return Array(ir.make_matmul(na, nb, shape, dt))
+    raise ShapeError(f"matmul: shapes {sa} and {sb} are not aligned")
+
+
+# ---------------------------------------------------------------------------------------------
+# functions (one per op-table row), plus a few compositions
+
+
+def _fn(name: str) -> Callable[..., Array]:
+    arity = OPS[name].arity
+
+    def f(*args: Any) -> Array:
+        if len(args) != arity:
+            raise TypeError(f"{name}() takes {arity} argument(s), got {len(args)}")
+        return elementwise(name, *args)
+
+    f.__name__ = name
+    f.__doc__ = f"Elementwise ``{name}`` with NumPy semantics (see fusetree.ops.OPS['{name}'])."
+    return f
+
+
+FUNCTIONS = {name: _fn(name) for name in OPS if name != "astype"}
+
+
+def where(cond: Any, a: Any, b: Any) -> Array:
+    """``a`` where ``cond`` else ``b`` (like ``np.where`` with three arguments)."""
+    return elementwise("where", cond, a, b)
+
+
+def clip(x: Any, lo: Any, hi: Any) -> Array:
+    """``minimum(maximum(x, lo), hi)``, as NumPy defines ``np.clip``."""
+    y = x if lo is None else elementwise("maximum", x, lo)
+    return y if hi is None else elementwise("minimum", y, hi)
+
+
+def astype(x: Any, dtype: Any) -> Array:
+    """Cast to ``dtype`` (NumPy's ``astype`` with unsafe casting)."""
+    return asarray(x).astype(dtype)
+
+
+def power(a: Any, b: Any) -> Array:
+    """``a ** b``."""
+    return elementwise("power", a, b)

@@ -1,0 +1,208 @@
+"""The op table: one row per elementwise op drives names, dtype rules, codegen and reference tests.
+
+Each :class:`OpDef` has
+
+* ``ref``: a NumPy reference. It *defines* the result dtype (called on one-element samples) and is
+  what the reference tests compare kernels against.
+* ``template``: the kernel expression. ``{0}``, ``{1}``, ``{2}`` are operand names (already cast as
+  ``operands`` says), ``{T}`` the constructor of the compute dtype (``float32``...), ``{t}`` its short
+  name (``f4``) for typed helpers such as ``exp_f4``. A dict maps dtype kinds (``b i u f``) to
+  templates, ``"*"`` being the default.
+* ``operands``: how operands are cast before the template: ``"out"`` to the result's compute dtype,
+  ``"common"`` to the promoted operand dtype (comparisons), ``"bool"``, or ``"keep"``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from . import dtypes
+from .errors import DTypeError
+
+Template = str | dict[str, str]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    arity: int
+    ref: Callable[..., object]
+    template: Template
+    operands: str = "out"
+    # accuracy of the kernel against a float64 reference, in units of the result dtype's eps
+    ulps: float = 4.0
+    # domain used by the reference tests to draw inputs: "any", "positive", "unit" (|x|<=1), "small"
+    domain: str = "any"
+    notes: str = field(default="", compare=False)
+
+    def template_for(self, kind: str) -> str:
+        t = self.template
+        if isinstance(t, str):
+            return t
+        return t.get(kind, t.get("*", ""))
+
+
+def _f64like(fn: Callable[[np.ndarray], np.ndarray], like: Callable[..., object]):
+    """A reference computed in float64 with the dtype NumPy's ``like`` ufunc would give."""
+
+    def ref(x):
+        x = np.asarray(x)
+        with np.errstate(all="ignore"):
+            out_dt = like(np.ones(1, x.dtype)).dtype  # type: ignore[union-attr]
+            return np.asarray(fn(x.astype(np.float64))).astype(out_dt)
+
+    return ref
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _round(x):
+    return np.round(np.asarray(x))
+
+
+_U = "{0}"
+OPS: dict[str, OpDef] = {}
+
+
+def _op(name: str, arity: int, ref, template: Template, **kw) -> None:
+    OPS[name] = OpDef(name, arity, ref, template, **kw)
+
+
+# ---- binary arithmetic ----
+_op("add", 2, np.add, "{0} + {1}")
+_op("subtract", 2, np.subtract, "{0} - {1}")
+_op("multiply", 2, np.multiply, "{0} * {1}")
+_op("true_divide", 2, np.true_divide, "{0} / {1}")
+_op("floor_divide", 2, np.floor_divide, {"f": "floordiv_{t}({0}, {1})", "*": "ifloordiv({0}, {1})"})
+_op("remainder", 2, np.remainder, {"f": "fmod_py_{t}({0}, {1})", "*": "imod({0}, {1})"})
+_op("power", 2, np.power, {"f": "pow_{t}({0}, {1})", "*": "ipow({0}, {1})"}, ulps=8, domain="small")
+_op("maximum", 2, np.maximum, "maximum({0}, {1})")
+_op("minimum", 2, np.minimum, "minimum({0}, {1})")
+_op("fmax", 2, np.fmax, "fmax({0}, {1})")
+_op("fmin", 2, np.fmin, "fmin({0}, {1})")
+_op("arctan2", 2, np.arctan2, "atan2_{t}({0}, {1})")
+# ---- comparisons (operands promoted to their common dtype) ----
+_op("equal", 2, np.equal, "{0} == {1}", operands="common")
+_op("not_equal", 2, np.not_equal, "{0} != {1}", operands="common")
+_op("less", 2, np.less, "{0} < {1}", operands="common")
+_op("less_equal", 2, np.less_equal, "{0} <= {1}", operands="common")
+_op("greater", 2, np.greater, "{0} > {1}", operands="common")
+_op("greater_equal", 2, np.greater_equal, "{0} >= {1}", operands="common")
+# ---- logical and bitwise ----
+_op("logical_and", 2, np.logical_and, "{0} and {1}", operands="bool")
+_op("logical_or", 2, np.logical_or, "{0} or {1}", operands="bool")
+_op("logical_not", 1, np.logical_not, "not {0}", operands="bool")
+_op("bitwise_and", 2, np.bitwise_and, "{0} & {1}")
+_op("bitwise_or", 2, np.bitwise_or, "{0} | {1}")
+_op("bitwise_xor", 2, np.bitwise_xor, "{0} ^ {1}")
+_op("invert", 1, np.invert, {"b": "not {0}", "*": "~{0}"})
+# ---- unary arithmetic ----
+_op("negative", 1, np.negative, "-{0}")
+_op("absolute", 1, np.absolute, {"b": _U, "u": _U, "*": "abs({0})"})
+_op("square", 1, np.square, "{0} * {0}")
+_op("reciprocal", 1, np.reciprocal, {"f": "{T}(1) / {0}", "*": "ireciprocal({0})"}, domain="nonzero")
+_op("sign", 1, np.sign, "sign({0})")
+_op("sqrt", 1, np.sqrt, "sqrt_{t}({0})", domain="positive")
+_op("rsqrt", 1, _f64like(lambda x: 1.0 / np.sqrt(x), np.sqrt), "rsqrt_{t}({0})", domain="positive")
+_op("relu", 1, lambda x: np.maximum(x, 0), "maximum({0}, {T}(0))")
+# ---- transcendental ----
+_op("exp", 1, np.exp, "exp_{t}({0})")
+_op("exp2", 1, np.exp2, "exp2_{t}({0})")
+_op("expm1", 1, np.expm1, "expm1_{t}({0})")
+_op("log", 1, np.log, "log_{t}({0})", domain="positive")
+_op("log2", 1, np.log2, "log2_{t}({0})", domain="positive")
+_op("log10", 1, np.log10, "log10_{t}({0})", domain="positive")
+_op("log1p", 1, np.log1p, "log1p_{t}({0})", domain="positive")
+_op("sin", 1, np.sin, "sin_{t}({0})")
+_op("cos", 1, np.cos, "cos_{t}({0})")
+_op("tan", 1, np.tan, "tan_{t}({0})", ulps=16)
+_op("tanh", 1, np.tanh, "tanh_{t}({0})")
+_op("sinh", 1, np.sinh, "sinh_{t}({0})", domain="small")
+_op("cosh", 1, np.cosh, "cosh_{t}({0})", domain="small")
+_op("arcsin", 1, np.arcsin, "asin_{t}({0})", domain="unit")
+_op("arccos", 1, np.arccos, "acos_{t}({0})", domain="unit")
+_op("arctan", 1, np.arctan, "atan_{t}({0})")
+_op("sigmoid", 1, _f64like(_sigmoid, np.exp), "sigmoid_{t}({0})")
+_op("erf", 1, _f64like(_erf, np.exp), "erf_{t}({0})")
+# ---- rounding ----
+_op("floor", 1, np.floor, {"f": "floor_{t}({0})", "*": _U})
+_op("ceil", 1, np.ceil, {"f": "ceil_{t}({0})", "*": _U})
+_op("trunc", 1, np.trunc, {"f": "trunc_{t}({0})", "*": _U})
+_op("round", 1, _round, {"f": "rint_{t}({0})", "*": _U})
+# ---- classification ----
+_op("isnan", 1, np.isnan, {"f": "{0} != {0}", "*": "False"}, operands="keep")
+_op("isinf", 1, np.isinf, {"f": "isinf({0})", "*": "False"}, operands="keep")
+_op("isfinite", 1, np.isfinite, {"f": "isfinite({0})", "*": "True"}, operands="keep")
+# ---- selection and casts (attrs-driven ops) ----
+_op("where", 3, np.where, "{1} if {0} else {2}", operands="where")
+_op("astype", 1, lambda x, dtype: np.asarray(x).astype(dtype), _U)
+
+# Python operators -> op names (reflected forms swap operands).
+BINARY_OPERATORS = {
+    "__add__": "add", "__sub__": "subtract", "__mul__": "multiply", "__truediv__": "true_divide",
+    "__floordiv__": "floor_divide", "__mod__": "remainder", "__pow__": "power",
+    "__and__": "bitwise_and", "__or__": "bitwise_or", "__xor__": "bitwise_xor",
+    "__eq__": "equal", "__ne__": "not_equal", "__lt__": "less", "__le__": "less_equal",
+    "__gt__": "greater", "__ge__": "greater_equal",
+}  # fmt: skip
+UNARY_OPERATORS = {"__neg__": "negative", "__abs__": "absolute", "__invert__": "invert"}
+
+
+@lru_cache(maxsize=4096)
+def result_dtype(op: str, descs: tuple[dtypes.Desc, ...], attrs: tuple = ()) -> np.dtype:
+    """Result dtype of ``op`` on operands described by ``descs`` (dtypes, or Python types if weak).
+
+    Raises DTypeError naming the op and the operand dtypes when NumPy refuses the combination.
+    """
+    d = OPS[op]
+    samples = [dtypes.sample(x) for x in descs]
+    try:
+        with np.errstate(all="ignore"):
+            if op == "astype":
+                return dtypes.check(attrs[0], "astype")
+            out = d.ref(*samples)
+    except (TypeError, ValueError) as e:
+        given = ", ".join(dtypes.describe(x) for x in descs)
+        raise DTypeError(f"{op} is not supported for operand dtype(s) ({given}): {e}") from None
+    dt = np.asarray(out).dtype
+    return dtypes.check(dt, f"result of {op}")
+
+
+@lru_cache(maxsize=4096)
+def operand_dtype(op: str, descs: tuple[dtypes.Desc, ...], out: np.dtype, index: int) -> np.dtype:
+    """The compute dtype operand ``index`` is cast to before ``op``'s template is applied."""
+    rule = OPS[op].operands
+    if rule == "out":
+        return dtypes.register(out)
+    if rule == "bool" or (rule == "where" and index == 0):
+        return np.dtype(np.bool_)
+    if rule == "where":
+        return dtypes.register(out)
+    if rule == "common":
+        return dtypes.register(dtypes.result_type(*descs))
+    d = descs[index]
+    return dtypes.register(d if isinstance(d, np.dtype) else dtypes.weak_default(d))
+
+
+def check_table() -> None:
+    """Sanity-check the table (used by the IR verifier in tests)."""
+    for name, d in OPS.items():
+        if name != d.name or d.arity not in (1, 2, 3):
+            raise AssertionError(f"bad op row {name}")
+
+
+def describe_dtypes(*descs: dtypes.Desc) -> str:
+    return ", ".join(dtypes.describe(x) for x in descs)
+
+
+__all__ = ["OPS", "OpDef", "result_dtype", "operand_dtype", "DTypeError"]
