@@ -49,13 +49,14 @@ abs = _FUNCTIONS["absolute"]  # noqa: A001
 ndarray = Array
 
 OP_NAMES = tuple(sorted(_ops.OPS))
+FUNCTIONS_BY_NAME = dict(_FUNCTIONS, where=where)
 
 __all__ = [
     "Array", "ndarray", "asarray", "astype", "clip", "empty", "empty_like", "full", "full_like",
     "matmul", "ones", "ones_like", "power", "where", "zeros", "zeros_like", "evaluate", "explain",
     "to_dot", "to_networkx", "options", "get_options", "stats", "reset_stats", "clear_cache",
     "FusetreeError", "ShapeError", "DTypeError", "DeviceError", "UnsupportedError", "CompileError",
-    "divide", "abs", "OP_NAMES", *sorted(k for k in _FUNCTIONS if k != "power"),
+    "divide", "abs", "OP_NAMES", "FUNCTIONS_BY_NAME", *sorted(k for k in _FUNCTIONS if k != "power"),
 ]  # fmt: skip
 
 

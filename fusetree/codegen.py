@@ -114,7 +114,7 @@ def convert(expr: str, dst: np.dtype) -> str:
     return f"{dtypes.CTOR[dst]}({expr})"
 
 
-def _body(spec: KernelSpec, w: Writer, load, store, storage) -> None:
+def _body(spec: KernelSpec, w: Writer, load, store, storage, preloaded: frozenset | set = frozenset()) -> None:
     """Loads, one assignment per op, stores. ``load(i)``/``store(k)`` give array element exprs."""
     reg: dict[Ref, np.dtype] = {}
     desc: dict[Ref, dtypes.Desc] = {}
@@ -129,7 +129,8 @@ def _body(spec: KernelSpec, w: Writer, load, store, storage) -> None:
         elif r in used:
             reg[r] = dtypes.register(lf.dtype)
             name[r] = f"x{i}"
-            w(f"x{i} = {cast(load(i), storage(lf.dtype), reg[r])}")
+            if i not in preloaded:
+                w(f"x{i} = {cast(load(i), storage(lf.dtype), reg[r])}")
     for j, o in enumerate(spec.ops):
         d = OPS[o.op]
         descs = tuple(desc[a] for a in o.args)
@@ -206,6 +207,7 @@ def render(spec: KernelSpec, target: str, storage=lambda dt: dt) -> tuple[str, l
     arrays += [(f"out{k}", o.layout) for k, o in enumerate(spec.outs)]
     leaf_name = {i: f"in{i}" for i in range(len(spec.leaves))}
     nd = max(spec.ndim, 1)
+    preloaded: set[int] = set()
     if spec.flat:
         idx = {a: "i" for a, _ in arrays}
         if target == "cpu":
@@ -216,26 +218,46 @@ def render(spec: KernelSpec, target: str, storage=lambda dt: dt) -> tuple[str, l
             w("while i < n:")
         w.indent()
     elif target == "cpu":
-        # nested loops; C arrays follow the linear index, others their own strided position
+        # Outer dimensions: nested loops (prange outermost) carrying each array's position. The
+        # innermost loop reads rows sliced out of the 1-D arrays, so LLVM sees unit-stride
+        # accesses and vectorizes them without gathers; inner-broadcast ("R") leaves are loaded
+        # once per row.
         idx = {}
-        for d in range(nd):
-            loop = "prange" if d == 0 else "range"
-            w(f"for i{d} in {loop}(n{d}):")
+        last = nd - 1
+        for d in range(last):
+            w(f"for i{d} in {'prange' if d == 0 else 'range'}(n{d}):")
             w.indent()
-            last = d == nd - 1
             w(f"lin{d} = {'i0' if d == 0 else f'lin{d - 1} * n{d} + i{d}'}")
             for a, lay in arrays:
-                if lay == "C":
-                    continue
-                prev = f"{a}_o" if d == 0 else f"{a}_p{d - 1}"
-                if last:
-                    step = f"i{d}" if lay == "I" else f"i{d} * {a}_s{d}"
-                    idx[a] = f"{prev} + {step}"
-                else:
+                if lay != "C":
+                    prev = f"{a}_o" if d == 0 else f"{a}_p{d - 1}"
                     w(f"{a}_p{d} = {prev} + i{d} * {a}_s{d}")
+        if last:
+            w(f"row = lin{last - 1} * n{last}")
         for a, lay in arrays:
-            if lay == "C":
-                idx[a] = f"lin{nd - 1}"
+            pos = f"{a}_o" if last == 0 else f"{a}_p{last - 1}"
+            if last == 0:
+                idx[a] = {"C": "i0", "I": f"{pos} + i0", "R": pos}.get(lay, f"{pos} + i0 * {a}_s0")
+            elif lay in ("C", "I"):
+                start = "row" if lay == "C" else pos
+                w(f"{a}_r = {a}[{start}:{start} + n{last}]")
+                idx[a] = ("row", a)  # type: ignore[assignment]
+            elif lay == "R":
+                idx[a] = pos
+            else:
+                idx[a] = f"{pos} + i{last} * {a}_s{last}"
+        hoisted = [i for i, lf in enumerate(spec.leaves) if lf.kind == "buffer" and lf.layout == "R"]
+        for i in hoisted:
+            lf = spec.leaves[i]
+            elem0 = "in%d[%s]" % (i, idx["in%d" % i])
+            w(f"x{i} = {cast(elem0, storage(lf.dtype), dtypes.register(lf.dtype))}")
+        w(f"for i{last} in {'prange' if last == 0 else 'range'}(n{last}):")
+        w.indent()
+        preloaded = set(hoisted)
+        for a in list(idx):
+            if isinstance(idx[a], tuple):
+                idx[a] = f"i{last}"
+                idx[a + "@row"] = f"{a}_r"  # type: ignore[index]
     else:
         w("i = cuda.grid(1)")
         w("step = cuda.gridsize(1)")
@@ -253,12 +275,16 @@ def render(spec: KernelSpec, target: str, storage=lambda dt: dt) -> tuple[str, l
                 continue
             terms = [f"i{d}" if lay == "I" and d == nd - 1 else f"i{d} * {a}_s{d}" for d in range(nd)]
             idx[a] = " + ".join(terms)
+    def elem(a: str) -> str:
+        return f"{idx.get(a + '@row', a)}[{idx[a]}]"
+
     _body(
         spec,
         w,
-        load=lambda i: f"{leaf_name[i]}[{idx[leaf_name[i]]}]",
-        store=lambda k: f"out{k}[{idx[f'out{k}']}]",
+        load=lambda i: elem(leaf_name[i]),
+        store=lambda k: elem(f"out{k}"),
         storage=storage,
+        preloaded=preloaded,
     )
     if target == "cuda":
         w("i += step")

@@ -70,6 +70,13 @@ def result_type(*descs: Desc) -> np.dtype:
     return np.result_type(*(sample(d) for d in descs))
 
 
+def fits(value: int, dt: np.dtype) -> bool:
+    if dt.kind not in "iu":
+        return True
+    info = np.iinfo(dt)
+    return bool(info.min <= value <= info.max)
+
+
 def check_weak_int(value: int, partner: np.dtype, op: str) -> None:
     """NumPy 2 refuses a Python int that does not fit the integer dtype it combines with."""
     if partner.kind in "iu":

@@ -45,7 +45,8 @@ def intern_key(t: tuple) -> int:
 
 
 def layout_class(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> str:
-    """'C' contiguous; 'I' inner dimension contiguous; 'S' any other strides (broadcasts included)."""
+    """'C' contiguous; 'I' inner dimension contiguous; 'R' inner dimension broadcast (stride 0);
+    'S' any other strides."""
     expect = itemsize
     contiguous = True
     for n, s in zip(reversed(shape), reversed(strides)):
@@ -57,6 +58,8 @@ def layout_class(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int
         return "C"
     if shape and (shape[-1] == 1 or strides[-1] == itemsize):
         return "I"
+    if shape and strides[-1] == 0:
+        return "R"
     return "S"
 
 

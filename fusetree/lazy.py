@@ -17,7 +17,7 @@ import numpy as np
 from . import backends, config, dtypes, ir, runtime
 from .errors import DeviceError, ShapeError, UnsupportedError
 from .ir import Node
-from .ops import BINARY_OPERATORS, OPS, UNARY_OPERATORS, result_dtype
+from .ops import BINARY_OPERATORS, OPS, UNARY_OPERATORS, operand_dtype, result_dtype
 
 # Live, pending (unrealized) arrays: id -> weakref. Realizing a value also stores the live pending
 # values that are part of its kernel (same shape and device); see runtime.realize.
@@ -244,12 +244,15 @@ def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
                 f"{name}: operands are on different devices ({device!r} and {n.device!r}); "
                 "move them with ft.asarray(x, device=...) first"
             )
+    if name in _COMPARISONS:  # comparisons compare the true value of an out-of-range Python int
+        for k, n in enumerate(nodes):
+            if n.weak is int and any(not dtypes.fits(n.data, m.dtype) for m in arrays):
+                nodes[k] = ir.make_scalar(np.int64(n.data))
     descs = tuple(n.desc for n in nodes)
     out_dt = result_dtype(name, descs, attrs)
-    for n in nodes:  # NumPy 2 refuses weak Python ints that do not fit their partner dtype
-        if n.weak is int:
-            for m in arrays:
-                dtypes.check_weak_int(n.data, m.dtype, name)
+    for k, n in enumerate(nodes):  # NumPy 2 refuses a Python int that does not fit its loop dtype
+        if n.weak is int and arrays:
+            dtypes.check_weak_int(n.data, operand_dtype(name, descs, out_dt, k), name)
     shape = arrays[0].shape if arrays else ()
     for n in arrays[1:]:
         if n.shape != shape:
@@ -263,6 +266,9 @@ def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
     return out
 
 
+_COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
+
+
 def _broadcast_shapes(name: str, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
     try:
         return tuple(np.broadcast_shapes(*shapes))
@@ -272,8 +278,8 @@ def _broadcast_shapes(name: str, shapes: list[tuple[int, ...]]) -> tuple[int, ..
 
 
 def _broadcast(node: Node, shape: tuple[int, ...]) -> Node:
-    be = backends.get(node.device)
-    return _view(node, lambda d: be.xp.broadcast_to(d, shape), shape, "broadcast")
+    xp = backends.xp_for(node.device)
+    return _view(node, lambda d: xp.broadcast_to(d, shape), shape, "broadcast")
 
 
 def _view(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], what: str) -> Node:
@@ -365,11 +371,9 @@ def asarray(a: Any, dtype: Any = None, device: str | None = None) -> Array:
                 data = np.asarray(a)
             except Exception as e:
                 raise UnsupportedError(f"asarray: cannot convert {type(a).__name__} to an array: {e}") from None
-            if data.dtype.kind in "OUSVcM m".replace(" ", ""):
-                raise UnsupportedError(
-                    f"asarray: dtype {data.dtype} ({data.dtype.kind!r} kind) of {type(a).__name__} is not supported"
-                )
             src = "cpu"
+        elif src == "cpu":
+            data = np.asarray(a)
         else:
             data = backends.get(src).asarray(a)
         dtypes.check(data.dtype, "asarray")

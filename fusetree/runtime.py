@@ -185,10 +185,8 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
         leaves, sharing = roots[0].leaves, None
     else:
         leaves, sharing = ir.merge_leaves(tuple(roots))
-    layouts = tuple(
-        "C" if t is None else ir.layout_class(t.shape, t.strides, t.itemsize) for t in targets
-    )
-    key = (be.target, tuple(r.key for r in roots), sharing, tuple(paths), layouts)
+    layouts = tuple("C" if t is None else _out_layout(t) for t in targets)
+    key = (be.cache_tag(), tuple(r.key for r in roots), sharing, tuple(paths), layouts)
     plan = _CACHE.get(key)
     if plan is None:
         spec = fuser.spec_for(roots, paths, leaves, layouts, be.target, sharing)
@@ -215,6 +213,11 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
     _stats["launches"] += 1
     _stats["kernels"] += 1
     return outs
+
+
+def _out_layout(t: Any) -> str:
+    lay = ir.layout_class(tuple(t.shape), tuple(t.strides), t.itemsize)
+    return "S" if lay == "R" else lay
 
 
 def fuser_dtype(roots: Sequence[Node], path: tuple[int, tuple]) -> Any:

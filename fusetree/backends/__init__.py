@@ -45,6 +45,15 @@ def get(device: str) -> Any:
     return b
 
 
+def xp_for(device: str) -> Any:
+    """The array module of ``device`` (NumPy for host devices: no numba import needed)."""
+    if device in ("cpu", "cuda-sim", ""):
+        import numpy as np
+
+        return np
+    return get(device).xp
+
+
 def loaded() -> list[str]:
     return sorted(_backends)
 

@@ -16,6 +16,10 @@ class Backend:
     gemm_accumulate = False  # can ``matmul(..., out=buf, accumulate=True)`` add into buf (beta=1)
     xp: Any = np
 
+    def cache_tag(self) -> str:
+        """Target plus whatever compile options change the generated machine code."""
+        return self.target
+
     def storage_dtype(self, dt: np.dtype) -> np.dtype:
         """The dtype the kernel sees for a buffer of ``dt`` (the CPU backend widens float16)."""
         return dt

@@ -1,0 +1,54 @@
+import os
+
+import numpy as np
+import pytest
+
+# Serial CPU kernels compile ~3x faster; tests that check parallel loops opt back in.
+os.environ.setdefault("FUSETREE_CPU_PARALLEL", "0")
+
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+settings.register_profile(
+    "ci", derandomize=True, max_examples=60, deadline=None, suppress_health_check=list(HealthCheck)
+)
+settings.register_profile("dev", max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+settings.register_profile("long", max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+settings.load_profile("ci" if os.environ.get("CI") else os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def _has_gpu() -> bool:
+    try:
+        from numba import cuda
+
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if any("gpu" in item.keywords for item in items) and not _has_gpu():
+        skip = pytest.mark.skip(reason="no CUDA GPU on this machine")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+
+
+@pytest.fixture(autouse=True)
+def _verify_ir(monkeypatch):
+    """Run the IR verifier on every node built during a test."""
+    import fusetree.ir as ir
+
+    orig = ir.make_op
+
+    def checked(*a, **k):
+        n = orig(*a, **k)
+        ir.verify(n)
+        return n
+
+    monkeypatch.setattr(ir, "make_op", checked)
+    yield

@@ -1,0 +1,42 @@
+"""The natural LSTM step, written once for fusetree, NumPy and (in benchmarks) CuPy/torch."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def lstm_step(x, h, c, Wx, Wh, b, xp):
+    H = h.shape[1]
+    gates = x @ Wx + h @ Wh + b
+    i = xp.sigmoid(gates[:, :H])
+    f = xp.sigmoid(gates[:, H : 2 * H])
+    o = xp.sigmoid(gates[:, 2 * H : 3 * H])
+    g = xp.tanh(gates[:, 3 * H :])
+    c2 = f * c + i * g
+    h2 = o * xp.tanh(c2)
+    return h2, c2
+
+
+class NumpyXP:
+    @staticmethod
+    def sigmoid(z):
+        return 1.0 / (1.0 + np.exp(-z))
+
+    tanh = staticmethod(np.tanh)
+
+
+def make_inputs(rng, B, H, dtype=np.float32):
+    x, h, c = (rng.standard_normal((B, H)).astype(dtype) for _ in range(3))
+    Wx, Wh = ((rng.standard_normal((H, 4 * H)) / np.sqrt(H)).astype(dtype) for _ in range(2))
+    b = (rng.standard_normal(4 * H) * 0.1).astype(dtype)
+    return x, h, c, Wx, Wh, b
+
+
+def reference(x, h, c, Wx, Wh, b):
+    args = [np.asarray(a, np.float64) for a in (x, h, c, Wx, Wh, b)]
+    return lstm_step(*args, xp=NumpyXP)
+
+
+def rel_err(got, want):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(got - want) / np.linalg.norm(want))

@@ -1,0 +1,128 @@
+"""Creation, attributes, realization protocols, evaluate/explain/DOT, options, stats, errors."""
+
+import numpy as np
+import pytest
+
+import fusetree as ft
+
+
+def test_creation_and_attributes():
+    z = ft.zeros((2, 3), dtype=np.float32)
+    assert z.shape == (2, 3) and z.dtype == np.float32 and z.ndim == 2 and z.size == 6
+    assert z.device == "cpu" and z.T.shape == (3, 2)
+    np.testing.assert_array_equal(ft.ones(3).numpy(), np.ones(3))
+    np.testing.assert_array_equal(ft.full((2,), 7, dtype=np.int8).numpy(), [7, 7])
+    assert ft.full((2,), 1.5).dtype == np.float64
+    assert ft.empty_like(z).shape == (2, 3) and ft.zeros_like(z).dtype == np.float32
+    np.testing.assert_array_equal(ft.ones_like(z, dtype=np.int32).numpy(), np.ones((2, 3), np.int32))
+    assert ft.empty(4).shape == (4,) and ft.full_like(z, 2).numpy().sum() == 12
+
+
+def test_realization_protocols():
+    x = ft.asarray(np.array([1.5, 2.5]))
+    y = x * 2
+    assert not y.is_realized
+    assert float(ft.asarray(np.array(2.0)) * 2) == 4.0
+    assert bool(ft.asarray(np.array(True)) & True)
+    assert int(ft.asarray(np.array(3)) + 1) == 4
+    assert "ft.Array" in repr(y) and y.is_realized
+    np.testing.assert_array_equal(np.asarray(y), [3.0, 5.0])
+    assert len(y) == 2 and [float(v) for v in y] == [3.0, 5.0]
+
+
+def test_numpy_ufuncs_stay_lazy():
+    x = ft.asarray(np.arange(3, dtype=np.float32))
+    y = np.exp(x) + np.float32(1)
+    assert isinstance(y, ft.Array) and not y.is_realized
+    np.testing.assert_allclose(y.numpy(), np.exp(np.arange(3, dtype=np.float32)) + 1, rtol=1e-6)
+
+
+def test_evaluate_multi_output_one_kernel(rng):
+    a = ft.asarray(rng.standard_normal((3, 4)))
+    ft.reset_stats()
+    p, q, r = ft.evaluate(a + 1, a * 2, ft.exp(a[0]))
+    assert ft.stats()["kernels"] == 2  # (3,4) outputs share one kernel; (4,) gets its own
+    np.testing.assert_allclose(q.numpy(), a.numpy() * 2)
+
+
+def test_live_intermediate_is_stored_by_the_same_kernel(rng):
+    a, b = (ft.asarray(rng.standard_normal(5)) for _ in range(2))
+    c2 = a * b + 1
+    h2 = ft.tanh(c2) * 2
+    ft.reset_stats()
+    h2.numpy()
+    assert c2.is_realized and ft.stats()["kernels"] == 1
+    np.testing.assert_allclose(c2.numpy(), a.numpy() * b.numpy() + 1)
+    assert ft.stats()["kernels"] == 1
+
+
+def test_explain_and_dot(rng):
+    x = ft.asarray(rng.standard_normal((4, 4)).astype(np.float32))
+    y = ft.sigmoid(x @ x + 1)
+    e = ft.explain(y)
+    s = str(e)
+    assert "1 GEMM(s), 1 fused kernel(s)" in s and "sigmoid_f4" in s and "# key:" in s
+    assert e.kernels[0].source.count("def ft_") == 1 and e.kernels[0].ptx is None
+    assert "digraph" in e.dot() and "sigmoid" in ft.to_dot(y)
+    g = ft.to_networkx(ft.exp(x) * ft.exp(x))
+    assert sorted(d["op"] for _, d in g.nodes(data=True)) == ["buffer", "exp", "multiply"]  # CSE
+
+
+def test_options_and_env():
+    assert ft.get_options().fuse is True
+    with ft.options(fuse=False):
+        assert ft.get_options().fuse is False
+    with pytest.raises(TypeError, match="unknown fusetree option"):
+        with ft.options(fusion=False):
+            pass
+
+
+def test_errors_name_the_problem():
+    a, b = ft.asarray(np.ones((2, 3))), ft.asarray(np.ones((4,)))
+    with pytest.raises(ft.ShapeError, match=r"add.*\(2, 3\).*\(4,\)"):
+        a + b
+    with pytest.raises(ft.ShapeError, match="not aligned"):
+        a @ b
+    with pytest.raises(ft.DTypeError, match="complex128"):
+        ft.asarray(np.ones(2, np.complex128))
+    with pytest.raises(ft.UnsupportedError, match="str"):
+        ft.asarray("hello")
+    with pytest.raises(ft.DTypeError, match="<U1"):
+        ft.asarray(np.array(["a"]))
+    with pytest.raises(ft.DTypeError, match="object"):
+        ft.asarray([object()])
+    with pytest.raises(ft.DTypeError, match="invert.*float64"):
+        ~a
+    with pytest.raises(ft.DeviceError, match="different devices"):
+        a + ft.asarray(np.ones((2, 3)), device="cuda-sim")
+    with pytest.raises(ft.DeviceError, match="unknown device"):
+        ft.zeros(3, device="tpu")
+    with pytest.raises(ft.ShapeError, match="reshape"):
+        a.reshape(4, 2)
+    with pytest.raises(OverflowError, match="out of bounds for int8"):
+        ft.asarray(np.ones(2, np.int8)) + 1000
+    with pytest.raises(ft.ShapeError, match="could not broadcast"):
+        a[...] = ft.asarray(np.ones(5))
+
+
+def test_zero_size_and_0d():
+    e = ft.asarray(np.ones((0, 3), np.float32))
+    assert (ft.exp(e) + 1).numpy().shape == (0, 3)
+    s = ft.asarray(np.array(2.0))
+    assert (ft.sqrt(s) * s).numpy().shape == ()
+    assert float(ft.exp(ft.asarray(np.array(0.0)))) == 1.0
+
+
+def test_too_many_inputs_are_split(rng):
+    xs = [rng.standard_normal(4) for _ in range(60)]
+    acc = ft.asarray(xs[0])
+    for x in xs[1:]:
+        acc = acc + ft.asarray(x)[::-1] * 1.5
+    with ft.options(max_kernel_params=40):
+        ft.reset_stats()
+        got = acc.numpy()
+        assert ft.stats()["kernels"] > 1
+    want = xs[0].copy()
+    for x in xs[1:]:
+        want = want + x[::-1] * 1.5
+    np.testing.assert_allclose(got, want)

@@ -1,0 +1,50 @@
+"""Structural caching: same structure -> one compile; new size/data/scalar -> none; new dtype -> one."""
+
+import numpy as np
+
+import fusetree as ft
+
+
+def expr(a, b, s):
+    return ft.tanh(a * s + b) - ft.exp(b) / 3
+
+
+def test_same_structure_compiles_once(rng):
+    ft.clear_cache()
+    ft.reset_stats()
+    a, b = (rng.standard_normal((4, 5)).astype(np.float32) for _ in range(2))
+    expr(ft.asarray(a), ft.asarray(b), 2.0).numpy()
+    assert ft.stats()["compiles"] == 1
+    ft.reset_stats()
+    for shape, s in [((4, 5), 2.0), ((7, 5), 3.5), ((2, 9), -1.0)]:  # new data, sizes, scalars
+        a, b = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+        got = expr(ft.asarray(a), ft.asarray(b), s).numpy()
+        want = np.tanh(a * np.float32(s) + b) - np.exp(b) / np.float32(3)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    st = ft.stats()
+    assert st["compiles"] == 0 and st["cache_hits"] == 3, st
+
+
+def test_new_dtype_or_layout_recompiles(rng):
+    a, b = (rng.standard_normal((4, 5)) for _ in range(2))
+    expr(ft.asarray(a.astype(np.float32)), ft.asarray(b.astype(np.float32)), 2.0).numpy()
+    ft.reset_stats()
+    expr(ft.asarray(a), ft.asarray(b), 2.0).numpy()  # float64
+    assert ft.stats()["compiles"] == 1
+    ft.reset_stats()
+    expr(ft.asarray(a)[:, ::2], ft.asarray(b)[:, ::2], 2.0).numpy()  # strided layout
+    assert ft.stats()["compiles"] == 1
+
+
+def test_shared_vs_distinct_leaves_are_different_kernels(rng):
+    x, y = (rng.standard_normal(6).astype(np.float32) for _ in range(2))
+    fx, fy = ft.asarray(x), ft.asarray(y)
+    np.testing.assert_allclose((fx * fx).numpy(), x * x)
+    np.testing.assert_allclose((fx * fy).numpy(), x * y)  # must not reuse the x*x kernel wrongly
+
+
+def test_key_ignores_scalar_values_but_not_weakness(rng):
+    x = ft.asarray(rng.standard_normal(5).astype(np.float32))
+    assert (x * 2.0)._node.key == (x * 3.0)._node.key
+    assert (x * 2.0)._node.key != (x * np.float64(2.0))._node.key  # strong float64 promotes
+    assert (x * np.float64(2.0)).dtype == np.float64 and (x * 2.0).dtype == np.float32

@@ -1,0 +1,85 @@
+"""Lazy views read through strides, and out[...] = expr with NumPy's semantics (aliasing included)."""
+
+import numpy as np
+import pytest
+
+import fusetree as ft
+
+
+@pytest.mark.parametrize(
+    "index",
+    [np.s_[1:, ::2], np.s_[::-1], np.s_[..., 1], np.s_[None, 2], np.s_[:, None, ::-2], np.s_[-1], np.s_[1, 2]],
+)
+def test_views_of_expressions(index, rng):
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    e = ft.exp(ft.asarray(a)) + ft.asarray(b)
+    want = (np.exp(a) + b)[index]
+    np.testing.assert_allclose(np.asarray(e[index]), want, rtol=2e-6, atol=1e-6)
+
+
+def test_views_are_not_copies():
+    a = np.arange(12, dtype=np.float64).reshape(3, 4)
+    v = ft.asarray(a)[::2, ::-1]
+    assert v.is_realized and np.shares_memory(v.data, a)
+    assert np.shares_memory(ft.asarray(a).T.data, a)
+    assert np.shares_memory(ft.asarray(a).reshape(4, 3).data, a)
+
+
+def test_transpose_reshape_expression(rng):
+    a = rng.standard_normal((2, 3, 4))
+    e = ft.asarray(a) * 2
+    np.testing.assert_allclose(np.asarray(e.transpose(2, 0, 1)), (a * 2).transpose(2, 0, 1))
+    np.testing.assert_allclose(np.asarray(e.T), (a * 2).T)
+    np.testing.assert_allclose(np.asarray(e.reshape(6, -1)), (a * 2).reshape(6, -1))
+    np.testing.assert_allclose(np.asarray(ft.asarray(a).T.reshape(-1) + 1), a.T.reshape(-1) + 1)
+
+
+def test_setitem_writes_in_place(rng):
+    out = ft.asarray(np.full((3, 4), np.nan, np.float32))
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    buf = out.data
+    out[...] = ft.sigmoid(ft.asarray(a)) * 2
+    assert out.data is buf
+    np.testing.assert_allclose(buf, 2 / (1 + np.exp(-a)), rtol=2e-6)
+    out[1:, ::2] = 5
+    assert (buf[1:, ::2] == 5).all()
+    out[0] = ft.asarray(np.arange(4, dtype=np.int64))  # cast on store, broadcast
+    np.testing.assert_array_equal(buf[0], np.arange(4))
+
+
+def test_aliasing_shifted_view_is_staged():
+    x = np.arange(8, dtype=np.float64)
+    fx = ft.asarray(x.copy())
+    fx[1:] = fx[:-1] + 1
+    y = x.copy()
+    y[1:] = y[:-1] + 1
+    np.testing.assert_array_equal(fx.numpy(), y)
+    m = np.arange(9.0).reshape(3, 3)
+    fm = ft.asarray(m.copy())
+    fm[:] = fm.T * 1
+    np.testing.assert_array_equal(fm.numpy(), m.T)
+
+
+def test_pending_reader_sees_old_value():
+    x = ft.asarray(np.ones(4))
+    y = x * 3  # pending, reads x
+    x[...] = 10.0
+    np.testing.assert_array_equal(y.numpy(), [3, 3, 3, 3])
+    np.testing.assert_array_equal(x.numpy(), [10] * 4)
+
+
+def test_assigned_live_value_survives():
+    x = ft.asarray(np.ones(4))
+    y = x * 2 + 1  # reads x; after x[...] = y, y must still be 3
+    x[...] = y
+    x[...] = 0.0
+    np.testing.assert_array_equal(y.numpy(), [3] * 4)
+
+
+def test_fancy_indexing_is_refused():
+    x = ft.asarray(np.ones(4))
+    with pytest.raises(ft.UnsupportedError, match="basic indexing"):
+        x[[0, 1]]
+    with pytest.raises(IndexError, match="out of bounds"):
+        x[7]
