@@ -29,8 +29,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-import fusetree as ft  # noqa: E402
-from lstm_ref import NumpyXP, lstm_step, make_inputs, reference, rel_err  # noqa: E402
+from lstm_ref import NumpyXP, lstm_step, make_inputs, reference, rel_err
+
+import fusetree as ft
 
 
 @dataclass
@@ -53,7 +54,9 @@ def has_gpu() -> bool:
         return False
 
 
-def timeit(step: Callable[[], object], sync: Callable[[], None], steps: int, repeats: int, warmup: int) -> float:
+def timeit(
+    step: Callable[[], object], sync: Callable[[], None], steps: int, repeats: int, warmup: int
+) -> float:
     for _ in range(warmup):
         step()
     sync()
@@ -132,7 +135,7 @@ def cpu_cell_modes(gates, c):
     return {
         "fusetree": fusetree_mode(True),
         "fusetree-unfused": fusetree_mode(False),
-        "numpy": lambda: (lambda: cell(gates, c, NumpyXP)),
+        "numpy": lambda: lambda: cell(gates, c, NumpyXP),
     }
 
 
@@ -256,7 +259,10 @@ def gpu_modes(inputs):
         return modes, None
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    t = {k: torch.as_tensor(np.asarray(v), device="cuda") for k, v in zip(("x", "h", "c", "Wx", "Wh", "b"), inputs)}
+    t = {
+        k: torch.as_tensor(np.asarray(v), device="cuda")
+        for k, v in zip(("x", "h", "c", "Wx", "Wh", "b"), inputs)
+    }
 
     def torch_eager():
         state = [t["h"].clone(), t["c"].clone()]
@@ -273,7 +279,9 @@ def gpu_modes(inputs):
     def torch_lstmcell():
         m = torch.nn.LSTMCell(H, H).cuda()
         # fusetree's gate order is i, f, o, g; torch's is i, f, g, o
-        perm = torch.cat([torch.arange(0, 2 * H), torch.arange(3 * H, 4 * H), torch.arange(2 * H, 3 * H)]).cuda()
+        perm = torch.cat(
+            [torch.arange(0, 2 * H), torch.arange(3 * H, 4 * H), torch.arange(2 * H, 3 * H)]
+        ).cuda()
         with torch.no_grad():
             m.weight_ih.copy_(t["Wx"].T[perm])
             m.weight_hh.copy_(t["Wh"].T[perm])
@@ -330,7 +338,9 @@ def cudnn_sequence(torch, inputs, T: int, repeats: int) -> Record | None:
     c0 = torch.as_tensor(c, device="cuda")[None]
     with torch.no_grad():
         us = timeit(lambda: m(xs, (h0, c0)), torch.cuda.synchronize, 5, repeats, 2) / T
-    return Record(f"B{B} H{H}", "sequence", "cudnn-lstm", us, None, float("nan"), f"torch.nn.LSTM T={T}, per step")
+    return Record(
+        f"B{B} H{H}", "sequence", "cudnn-lstm", us, None, float("nan"), f"torch.nn.LSTM T={T}, per step"
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -338,7 +348,11 @@ def cudnn_sequence(torch, inputs, T: int, repeats: int) -> Record | None:
 
 def run(args) -> list[Record]:
     device = args.device or ("cuda" if has_gpu() else "cpu")
-    configs = [tuple(int(v) for v in c.lower().split("x")) for c in args.configs.split(",")] if args.configs else None
+    configs = (
+        [tuple(int(v) for v in c.lower().split("x")) for c in args.configs.split(",")]
+        if args.configs
+        else None
+    )
     if configs is None:
         if args.quick:
             configs = [(16, 64), (32, 128)]
@@ -368,7 +382,7 @@ def run(args) -> list[Record]:
         torch = None
         if device == "cpu":
             modes = cpu_modes(inputs)
-            sync = lambda: None  # noqa: E731
+            sync = lambda: None
         else:
             modes, torch = gpu_modes(inputs)
             import cupy as cp
@@ -389,12 +403,24 @@ def run(args) -> list[Record]:
                 ft.reset_stats()
                 us = timeit(stepper, sync, st, rp, 2)
                 total = 2 + st * rp
-                launches: float | None = ft.stats()["launches"] / total if name.startswith("fusetree") else None
+                launches: float | None = (
+                    ft.stats()["launches"] / total if name.startswith("fusetree") else None
+                )
                 if torch is not None and name.startswith("torch"):
                     launches = torch_launches(torch, stepper)
                 records.append(Record(cfg, "step", name, us, launches, err))
             except Exception as e:  # a peer failing must not hide the others
-                records.append(Record(cfg, "step", name, float("nan"), None, float("nan"), f"failed: {type(e).__name__}: {e}"[:200]))
+                records.append(
+                    Record(
+                        cfg,
+                        "step",
+                        name,
+                        float("nan"),
+                        None,
+                        float("nan"),
+                        f"failed: {type(e).__name__}: {e}"[:200],
+                    )
+                )
         if device == "cpu":
             x, h, c, Wx, Wh, b = inputs
             gates = (x @ Wx + h @ Wh + b).astype(np.float32)

@@ -21,6 +21,7 @@ from .errors import (
     ShapeError,
     UnsupportedError,
 )
+from .lazy import FUNCTIONS as _FUNCTIONS
 from .lazy import (
     Array,
     asarray,
@@ -38,7 +39,6 @@ from .lazy import (
     zeros,
     zeros_like,
 )
-from .lazy import FUNCTIONS as _FUNCTIONS
 from .runtime import clear_cache, reset_stats, stats
 
 __version__ = "0.1.0"

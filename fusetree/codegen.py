@@ -62,9 +62,7 @@ class KernelSpec:
     @property
     def flat(self) -> bool:
         """All arrays C-contiguous: the kernel runs over one flat index."""
-        return all(lf.layout in ("C", "") for lf in self.leaves) and all(
-            o.layout == "C" for o in self.outs
-        )
+        return all(lf.layout in ("C", "") for lf in self.leaves) and all(o.layout == "C" for o in self.outs)
 
     def param_count(self, target: str) -> int:
         """Number of kernel parameters (each 8 bytes on CUDA)."""
@@ -114,7 +112,9 @@ def convert(expr: str, dst: np.dtype) -> str:
     return f"{dtypes.CTOR[dst]}({expr})"
 
 
-def _body(spec: KernelSpec, w: Writer, load, store, storage, preloaded: frozenset | set = frozenset()) -> None:
+def _body(
+    spec: KernelSpec, w: Writer, load, store, storage, preloaded: frozenset | set = frozenset()
+) -> None:
     """Loads, one assignment per op, stores. ``load(i)``/``store(k)`` give array element exprs."""
     reg: dict[Ref, np.dtype] = {}
     desc: dict[Ref, dtypes.Desc] = {}
@@ -139,23 +139,23 @@ def _body(spec: KernelSpec, w: Writer, load, store, storage, preloaded: frozense
         ]
         out_reg = dtypes.register(o.dtype)
         kind = (
-            operand_dtype(o.op, descs, o.dtype, 0).kind
-            if d.operands in ("keep", "common")
-            else out_reg.kind
+            operand_dtype(o.op, descs, o.dtype, 0).kind if d.operands in ("keep", "common") else out_reg.kind
         )
         tmpl = d.template_for(kind)
         expr = tmpl.format(*operands, T=dtypes.CTOR[out_reg], t=dtypes.SHORT[out_reg])
         r = ("t", j)
         w(f"t{j} = {convert(expr, out_reg)}")
         reg[r], desc[r], name[r] = out_reg, o.dtype, f"t{j}"
-    for k, o in enumerate(spec.outs):
-        w(f"{store(k)} = {cast(name[o.ref], reg[o.ref], storage(o.dtype))}")
+    for k, out in enumerate(spec.outs):
+        w(f"{store(k)} = {cast(name[out.ref], reg[out.ref], storage(out.dtype))}")
 
 
 def header(spec: KernelSpec, target: str, params: list[str]) -> list[str]:
     sig = ", ".join(params)
     ins = ", ".join(
-        f"in{i}:{lf.dtype.name}[{lf.layout}]" if lf.kind == "buffer" else f"s{i}:{lf.desc if lf.weak is None else 'weak ' + lf.weak.__name__}"
+        f"in{i}:{lf.dtype.name}[{lf.layout}]"
+        if lf.kind == "buffer"
+        else f"s{i}:{lf.desc if lf.weak is None else 'weak ' + lf.weak.__name__}"
         for i, lf in enumerate(spec.leaves)
     )
     outs = ", ".join(f"out{k}:{o.dtype.name}[{o.layout}]" for k, o in enumerate(spec.outs))
@@ -249,7 +249,8 @@ def render(spec: KernelSpec, target: str, storage=lambda dt: dt) -> tuple[str, l
         hoisted = [i for i, lf in enumerate(spec.leaves) if lf.kind == "buffer" and lf.layout == "R"]
         for i in hoisted:
             lf = spec.leaves[i]
-            elem0 = "in%d[%s]" % (i, idx["in%d" % i])
+            pos0 = idx["in" + str(i)]
+            elem0 = f"in{i}[{pos0}]"
             w(f"x{i} = {cast(elem0, storage(lf.dtype), dtypes.register(lf.dtype))}")
         w(f"for i{last} in {'prange' if last == 0 else 'range'}(n{last}):")
         w.indent()
@@ -275,6 +276,7 @@ def render(spec: KernelSpec, target: str, storage=lambda dt: dt) -> tuple[str, l
                 continue
             terms = [f"i{d}" if lay == "I" and d == nd - 1 else f"i{d} * {a}_s{d}" for d in range(nd)]
             idx[a] = " + ".join(terms)
+
     def elem(a: str) -> str:
         return f"{idx.get(a + '@row', a)}[{idx[a]}]"
 

@@ -67,7 +67,7 @@ def describe(desc: Desc) -> str:
 
 def result_type(*descs: Desc) -> np.dtype:
     """NumPy 2 promotion of the operands (weak scalars included)."""
-    return np.result_type(*(sample(d) for d in descs))
+    return np.result_type(*[sample(d) for d in descs])  # type: ignore[arg-type]
 
 
 def fits(value: int, dt: np.dtype) -> bool:

@@ -67,8 +67,20 @@ class Node:
     """An immutable IR node. Build with the ``make_*`` functions, never directly."""
 
     __slots__ = (
-        "op", "dtype", "shape", "args", "attrs", "key", "leaves", "uid", "device", "data",
-        "weak", "layout", "_memo", "__weakref__",
+        "__weakref__",
+        "_memo",
+        "args",
+        "attrs",
+        "data",
+        "device",
+        "dtype",
+        "key",
+        "layout",
+        "leaves",
+        "op",
+        "shape",
+        "uid",
+        "weak",
     )  # fmt: skip
 
     op: str
@@ -115,7 +127,15 @@ class Node:
 
 def _new(**fields: object) -> Node:
     n = object.__new__(Node)
-    base = {"uid": next(_uids), "_memo": None, "weak": None, "layout": "", "data": None, "attrs": (), "args": ()}
+    base: dict[str, object] = {
+        "uid": next(_uids),
+        "_memo": None,
+        "weak": None,
+        "layout": "",
+        "data": None,
+        "attrs": (),
+        "args": (),
+    }
     base.update(fields)
     n._init(**base)
     return n
@@ -134,6 +154,7 @@ def make_buffer(data: Any, device: str) -> Node:
 
 def make_scalar(value: Any) -> Node:
     """A leaf for a scalar. Python scalars are weak (NEP 50); NumPy scalars keep their dtype."""
+    weak: type | None
     if isinstance(value, bool | np.bool_) and not isinstance(value, np.generic):
         weak, dt = bool, dtypes.weak_default(bool)
     elif isinstance(value, np.generic):
@@ -142,7 +163,9 @@ def make_scalar(value: Any) -> Node:
     elif isinstance(value, int):
         weak, dt = int, dtypes.weak_default(int)
         if not (-(2**63) <= value < 2**63):
-            raise OverflowError(f"Python integer {value} does not fit in int64 (fusetree passes Python ints as int64)")
+            raise OverflowError(
+                f"Python integer {value} does not fit in int64 (fusetree passes Python ints as int64)"
+            )
     else:
         weak, dt = float, dtypes.weak_default(float)
         value = float(value)

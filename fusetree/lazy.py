@@ -34,7 +34,7 @@ class Array:
     True
     """
 
-    __slots__ = ("_node", "__weakref__")
+    __slots__ = ("__weakref__", "_node")
     __array_priority__ = 100.0
     __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in NumPy
 
@@ -209,7 +209,7 @@ for _m, _name in BINARY_OPERATORS.items():
         setattr(Array, "__r" + _m[2:], _binary(_name, True))
 for _m, _name in UNARY_OPERATORS.items():
     setattr(Array, _m, lambda self, _n=_name: elementwise(_n, self))
-Array.__pos__ = lambda self: self  # type: ignore[attr-defined]
+Array.__pos__ = lambda self: self  # type: ignore[attr-defined,operator]
 
 
 def _is_operand(x: Any) -> bool:
@@ -366,11 +366,15 @@ def asarray(a: Any, dtype: Any = None, device: str | None = None) -> Array:
         src = backends.device_of(a)
         if src is None:
             if isinstance(a, str | bytes) or a is None or isinstance(a, dict | set):
-                raise UnsupportedError(f"asarray: cannot make a fusetree array from {type(a).__name__} {a!r:.60}")
+                raise UnsupportedError(
+                    f"asarray: cannot make a fusetree array from {type(a).__name__} {a!r:.60}"
+                )
             try:
                 data = np.asarray(a)
             except Exception as e:
-                raise UnsupportedError(f"asarray: cannot convert {type(a).__name__} to an array: {e}") from None
+                raise UnsupportedError(
+                    f"asarray: cannot convert {type(a).__name__} to an array: {e}"
+                ) from None
             src = "cpu"
         elif src == "cpu":
             data = np.asarray(a)

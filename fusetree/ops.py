@@ -53,7 +53,7 @@ def _f64like(fn: Callable[[np.ndarray], np.ndarray], like: Callable[..., object]
     def ref(x):
         x = np.asarray(x)
         with np.errstate(all="ignore"):
-            out_dt = like(np.ones(1, x.dtype)).dtype  # type: ignore[union-attr]
+            out_dt = np.asarray(like(np.ones(1, x.dtype))).dtype
             return np.asarray(fn(x.astype(np.float64))).astype(out_dt)
 
     return ref

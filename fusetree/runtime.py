@@ -109,7 +109,9 @@ def _unique_nodes(arrays: Sequence[Any]) -> tuple[list[Node], list[list[Any]]]:
     return nodes, owners
 
 
-def find_extras(roots: Sequence[Node], shape: tuple, device: str, exclude: set[int]) -> list[tuple[list[Any], int, tuple]]:
+def find_extras(
+    roots: Sequence[Node], shape: tuple, device: str, exclude: set[int]
+) -> list[tuple[list[Any], int, tuple]]:
     """Live pending arrays inside ``roots``' trees with the same shape/device: (arrays, root, path)."""
     top = max(r.uid for r in roots)
     root_ids = {id(r) for r in roots}
@@ -196,9 +198,7 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
         _CACHE[key] = plan
     else:
         _stats["cache_hits"] += 1
-    outs = [
-        be.empty(shape, fuser_dtype(roots, p)) if t is None else t for p, t in zip(paths, targets)
-    ]
+    outs = [be.empty(shape, fuser_dtype(roots, p)) if t is None else t for p, t in zip(paths, targets)]
     if 0 in shape:
         return outs
     flat = plan.spec.flat
@@ -286,7 +286,9 @@ def assign(target: Any, device: str, value: Any) -> None:
             except ValueError:
                 ok = False
             if not ok:
-                raise ShapeError(f"could not broadcast input array from shape {vnode.shape} into shape {tshape}")
+                raise ShapeError(
+                    f"could not broadcast input array from shape {vnode.shape} into shape {tshape}"
+                )
         readers = []
         for ref in list(PENDING.values()):
             w = ref()

@@ -6,7 +6,7 @@ import pytest
 # Serial CPU kernels compile ~3x faster; tests that check parallel loops opt back in.
 os.environ.setdefault("FUSETREE_CPU_PARALLEL", "0")
 
-from hypothesis import HealthCheck, settings  # noqa: E402
+from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci", derandomize=True, max_examples=60, deadline=None, suppress_health_check=list(HealthCheck)

@@ -42,7 +42,7 @@ def test_lstm_step_unfused_launches_many(rng):
 def test_lstm_loop_stores_c_with_h_parallel(rng):
     """A loop over steps in natural code: realizing h (for the next GEMM) stores c in the same kernel."""
     B, H = 8, 16
-    x, h, c, Wx, Wh, b = make_inputs(rng, B, H)
+    _, h, c, Wx, Wh, b = make_inputs(rng, B, H)
     xs = [rng.standard_normal((B, H)).astype(np.float32) for _ in range(4)]
     with ft.options(cpu_parallel=True):
         fh, fc = ft.asarray(h), ft.asarray(c)

@@ -33,7 +33,10 @@ def numpy_supports(name, *samples):
 
 
 def _scale(*arrays):
-    return max([1.0] + [float(np.max(np.abs(a.astype(np.float64)))) for a in arrays if a.size and a.dtype.kind == "f"])
+    return max(
+        [1.0]
+        + [float(np.max(np.abs(a.astype(np.float64)))) for a in arrays if a.size and a.dtype.kind == "f"]
+    )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -71,7 +74,13 @@ def test_binary_same_dtype(name, dtype, rng):
                 b = np.abs(b) % 4
         want = np_ref(name, a, b)
         got = np.asarray(ft.FUNCTIONS_BY_NAME[name](ft.asarray(a), ft.asarray(b)))
-        assert_matches(got, want, d.ulps, _scale(a, b, want) if name == "power" else _scale(a, b), f"{name}({dtype}) {sa} {sb}")
+        assert_matches(
+            got,
+            want,
+            d.ulps,
+            _scale(a, b, want) if name == "power" else _scale(a, b),
+            f"{name}({dtype}) {sa} {sb}",
+        )
 
 
 MIXED = [("int8", "float32"), ("uint8", "int8"), ("float16", "float64"), ("bool", "int32"),
@@ -79,7 +88,9 @@ MIXED = [("int8", "float32"), ("uint8", "int8"), ("float16", "float64"), ("bool"
 
 
 @pytest.mark.parametrize("pair", MIXED)
-@pytest.mark.parametrize("name", ["add", "multiply", "true_divide", "maximum", "less", "floor_divide", "arctan2", "where"])
+@pytest.mark.parametrize(
+    "name", ["add", "multiply", "true_divide", "maximum", "less", "floor_divide", "arctan2", "where"]
+)
 def test_mixed_dtypes(name, pair, rng):
     a = draw(rng, (4, 3), pair[0], "nonzero")
     b = draw(rng, (3,), pair[1], "nonzero")
@@ -126,8 +137,22 @@ def test_astype(src, dst, rng):
 
 
 def test_special_values_float32():
-    x = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 88.7, -88.7, 100.0, -100.0, 1e-8], np.float32)
-    for name in ("exp", "tanh", "sigmoid", "log", "sqrt", "floor", "round", "sign", "isnan", "isinf", "isfinite"):
+    x = np.array(
+        [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 88.7, -88.7, 100.0, -100.0, 1e-8], np.float32
+    )
+    for name in (
+        "exp",
+        "tanh",
+        "sigmoid",
+        "log",
+        "sqrt",
+        "floor",
+        "round",
+        "sign",
+        "isnan",
+        "isinf",
+        "isfinite",
+    ):
         want = np_ref(name, x)
         got = np.asarray(ft.FUNCTIONS_BY_NAME[name](ft.asarray(x)))
         assert_matches(got, want, OPS[name].ulps, 1e-30, name)
@@ -136,7 +161,9 @@ def test_special_values_float32():
 @pytest.mark.parametrize("name", ["exp", "tanh", "sigmoid"])
 def test_float32_transcendentals_vs_float64(name, rng):
     """float32 exp/tanh/sigmoid within 1e-6 relative error of float64 over their useful range."""
-    x = np.concatenate([rng.uniform(-87, 88, 200_000), rng.uniform(-1, 1, 100_000), rng.uniform(-1e-3, 1e-3, 10_000)])
+    x = np.concatenate(
+        [rng.uniform(-87, 88, 200_000), rng.uniform(-1, 1, 100_000), rng.uniform(-1e-3, 1e-3, 10_000)]
+    )
     x = x.astype(np.float32)
     got = ft.FUNCTIONS_BY_NAME[name](ft.asarray(x)).numpy().astype(np.float64)
     ref = np_ref(name, x.astype(np.float64))

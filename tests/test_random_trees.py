@@ -51,14 +51,20 @@ def trees(out_shape):
     base = st.one_of(
         leaf(out_shape),
         st.tuples(st.sampled_from(LEAF_UNARY), leaf(out_shape)),
-        st.tuples(st.sampled_from(LEAF_BINARY), leaf(out_shape), st.one_of(leaf(out_shape), st.sampled_from(SPECIAL[2:7]).map(lambda v: ("scalar", v)))),
+        st.tuples(
+            st.sampled_from(LEAF_BINARY),
+            leaf(out_shape),
+            st.one_of(leaf(out_shape), st.sampled_from(SPECIAL[2:7]).map(lambda v: ("scalar", v))),
+        ),
     )
 
     def extend(children):
         return st.one_of(
             st.tuples(st.sampled_from(SMOOTH_UNARY), children),
             st.tuples(st.sampled_from(BINARY), children, children),
-            st.tuples(st.sampled_from(BINARY), children, st.sampled_from(SPECIAL).map(lambda v: ("scalar", v))),
+            st.tuples(
+                st.sampled_from(BINARY), children, st.sampled_from(SPECIAL).map(lambda v: ("scalar", v))
+            ),
             st.tuples(st.just("where"), leaf(out_shape), children, children),
         )
 
@@ -81,12 +87,12 @@ def build(t, mode, memo):
 
 
 @given(
-    out_shape=st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple).flatmap(
-        lambda s: st.tuples(st.just(s), trees(s))
-    )
+    out_shape=st.lists(st.integers(1, 4), min_size=0, max_size=3)
+    .map(tuple)
+    .flatmap(lambda s: st.tuples(st.just(s), trees(s)))
 )
 def test_random_tree_matches_numpy(out_shape):
-    shape, tree = out_shape
+    _, tree = out_shape
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         memo: dict = {}

@@ -8,7 +8,15 @@ import fusetree as ft
 
 @pytest.mark.parametrize(
     "index",
-    [np.s_[1:, ::2], np.s_[::-1], np.s_[..., 1], np.s_[None, 2], np.s_[:, None, ::-2], np.s_[-1], np.s_[1, 2]],
+    [
+        np.s_[1:, ::2],
+        np.s_[::-1],
+        np.s_[..., 1],
+        np.s_[None, 2],
+        np.s_[:, None, ::-2],
+        np.s_[-1],
+        np.s_[1, 2],
+    ],
 )
 def test_views_of_expressions(index, rng):
     a = rng.standard_normal((4, 6)).astype(np.float32)

@@ -15,7 +15,9 @@ def draw(rng, shape, dtype, domain="any"):
         return rng.random(shape) < 0.5
     if dt.kind in "iu":
         info = np.iinfo(dt)
-        lo, hi = (1, 9) if domain in ("positive", "nonzero", "small") else (max(info.min, -50), min(info.max, 50))
+        lo, hi = (
+            (1, 9) if domain in ("positive", "nonzero", "small") else (max(info.min, -50), min(info.max, 50))
+        )
         if domain == "unit":
             lo, hi = (0, 1) if dt.kind == "u" else (-1, 1)
         a = rng.integers(lo, hi + 1, size=shape).astype(dt)

@@ -51,13 +51,22 @@ class Backend:
         )
 
     # -- kernels ----------------------------------------------------------------------------
-    def compile(self, spec: Any, source: str) -> Any:
+    def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
+        """Compile ``source`` (rendered from ``spec``); returns (kernel, extra info)."""
         raise NotImplementedError
 
-    def bind(self, leaf: Any, layout: str) -> tuple:
+    def bind(self, data: Any, layout: str, flat: bool) -> tuple:
+        """Kernel arguments for one input array of ``layout``."""
         raise NotImplementedError
 
-    def launch(self, plan: Any, args: list, shape: tuple[int, ...]) -> None:
+    def scalar_arg(self, leaf: Any) -> Any:
+        return leaf.dtype.type(leaf.data)
+
+    def launch(self, plan: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
+        """Append the outputs' and sizes' arguments to ``args`` and launch ``plan``."""
+        raise NotImplementedError
+
+    def copy(self, dst: Any, src: Any) -> None:
         raise NotImplementedError
 
     def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:

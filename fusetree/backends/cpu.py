@@ -31,14 +31,17 @@ _F = np.float32
 _jit = njit(error_model="numpy", cache=False)
 
 
-@intrinsic
-def _f32_from_bits(typingctx, i):  # type: ignore[no-untyped-def]
+def _f32_from_bits_impl(typingctx, i):  # type: ignore[no-untyped-def]
     sig = types.float32(types.int32)
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         return builder.bitcast(args[0], llir.FloatType())
 
     return sig, codegen
+
+
+# bit pattern -> float32 (vectorizes; builds 2**n without libm)
+_f32_from_bits: Any = intrinsic(_f32_from_bits_impl)
 
 
 @_jit
