@@ -74,8 +74,9 @@ def explain(*arrays: Any, target: str | None = None) -> Explanation:
     for a in arrs:
         for leaf in a._node.leaves if a._node.op != "matmul" else (a._node,):
             if leaf.op == "matmul" and leaf.memo is None:
-                x, y = leaf.args
-                ex.gemms.append(f"{x.shape} @ {y.shape} -> {leaf.shape} {leaf.dtype}")
+                pairs = [f"{x.shape} @ {y.shape}" for x, y in zip(leaf.args[::2], leaf.args[1::2])]
+                how = " + ".join(pairs) + (" (second accumulates, beta=1)" if len(pairs) > 1 else "")
+                ex.gemms.append(f"{how} -> {leaf.shape} {leaf.dtype}")
     elementwise = [a for a in arrs if a._node.op != "matmul"]
     ex.graph = to_networkx(*elementwise) if elementwise else nx.DiGraph()
     for (device, shape), group in fuser.group_by_shape(elementwise).items():
@@ -91,11 +92,9 @@ def explain(*arrays: Any, target: str | None = None) -> Explanation:
 
             leaves, sharing = merge_leaves(tuple(roots))
         spec = fuser.spec_for(roots, paths, leaves, ["C"] * len(paths), tgt, sharing)
-        storage = be.storage_dtype if tgt == be.target else (lambda d: d)
-        src, _ = codegen.render(spec, tgt, storage)
-        ptx = None
-        if tgt == "cuda":
-            ptx = backends.get("cuda").ptx_for(spec, src) if "cuda" in backends.DEVICES else None
+        storage, scalar_storage, ptx_fn = backends.codegen_target(tgt)
+        src, _ = codegen.render(spec, tgt, storage, scalar_storage)
+        ptx = ptx_fn(spec, src)[0] if ptx_fn is not None else None
         ex.kernels.append(KernelInfo(spec.name, spec.key_text, shape, src, ptx, len(paths), len(leaves)))
     return ex
 

@@ -67,12 +67,12 @@ class KernelSpec:
     def param_count(self, target: str) -> int:
         """Number of kernel parameters (each 8 bytes on CUDA)."""
         nd = 1 if self.flat else max(self.ndim, 1)
-        per_array = 1 if self.flat else (nd + (1 if target == "cpu" else 0))
+        per_array = 1 if self.flat else (nd + (1 if target in ("cpu", "cuda-sim") else 0))
         n = 0
         for lf in self.leaves:
             n += 1 if lf.kind == "scalar" or lf.layout == "C" else per_array
         n += sum(1 if o.layout == "C" else per_array for o in self.outs)
-        return n + nd + 1
+        return n + nd + (0 if target == "cpu" else 1)
 
 
 class Writer:
@@ -112,9 +112,8 @@ def convert(expr: str, dst: np.dtype) -> str:
     return f"{dtypes.CTOR[dst]}({expr})"
 
 
-def _body(
-    spec: KernelSpec, w: Writer, load, store, storage, preloaded: frozenset | set = frozenset()
-) -> None:
+def _body(spec: KernelSpec, w: Writer, load, store, storage, scalar_storage,
+          preloaded: frozenset | set = frozenset()) -> None:  # fmt: skip
     """Loads, one assignment per op, stores. ``load(i)``/``store(k)`` give array element exprs."""
     reg: dict[Ref, np.dtype] = {}
     desc: dict[Ref, dtypes.Desc] = {}
@@ -124,7 +123,7 @@ def _body(
         r: Ref = ("x", i)
         desc[r] = lf.desc
         if lf.kind == "scalar":
-            reg[r] = lf.dtype  # passed as its own (weak default or strong) dtype
+            reg[r] = scalar_storage(lf.dtype)  # the dtype the scalar parameter is passed as
             name[r] = f"s{i}"
         elif r in used:
             reg[r] = dtypes.register(lf.dtype)
@@ -179,25 +178,28 @@ def _params(spec: KernelSpec, target: str) -> list[str]:
         p.append(f"in{i}")
         if flat or lf.layout == "C":
             continue
-        if target == "cpu":
+        if target in ("cpu", "cuda-sim"):
             p.append(f"in{i}_o")
         p += [f"in{i}_s{d}" for d in range(nd)]
     for k, o in enumerate(spec.outs):
         p.append(f"out{k}")
         if flat or o.layout == "C":
             continue
-        if target == "cpu":
+        if target in ("cpu", "cuda-sim"):
             p.append(f"out{k}_o")
         p += [f"out{k}_s{d}" for d in range(nd)]
     p += ["n"] if flat else [f"n{d}" for d in range(nd)]
-    return p + (["ntotal"] if target == "cuda" else [])
+    return p + ([] if target == "cpu" else ["ntotal"])
 
 
-def render(spec: KernelSpec, target: str, storage=lambda dt: dt) -> tuple[str, list[str]]:
-    """Source of ``spec`` for ``target`` and its parameter names."""
+def render(spec: KernelSpec, target: str, storage=lambda dt: dt, scalar_storage=lambda dt: dt) -> tuple[str, list[str]]:
+    """Source of ``spec`` for ``target`` ("cpu", "cuda" or "cuda-sim") and its parameter names.
+
+    ``storage(dtype)`` is the dtype a buffer of ``dtype`` is passed as (bool -> uint8 on CUDA,
+    float16 -> float32 on the CPU); ``scalar_storage`` likewise for scalar parameters.
+    """
+    offsets = target in ("cpu", "cuda-sim")
     params = _params(spec, target)
-    if target == "cpu":
-        params = [p for p in params if p != "ntotal"]
     w = Writer()
     for line in header(spec, target, params):
         w(line)
@@ -275,7 +277,7 @@ def render(spec: KernelSpec, target: str, storage=lambda dt: dt) -> tuple[str, l
                 idx[a] = "i"
                 continue
             terms = [f"i{d}" if lay == "I" and d == nd - 1 else f"i{d} * {a}_s{d}" for d in range(nd)]
-            idx[a] = " + ".join(terms)
+            idx[a] = " + ".join(([f"{a}_o"] if offsets else []) + terms)
 
     def elem(a: str) -> str:
         return f"{idx.get(a + '@row', a)}[{idx[a]}]"
@@ -286,8 +288,9 @@ def render(spec: KernelSpec, target: str, storage=lambda dt: dt) -> tuple[str, l
         load=lambda i: elem(leaf_name[i]),
         store=lambda k: elem(f"out{k}"),
         storage=storage,
+        scalar_storage=scalar_storage,
         preloaded=preloaded,
     )
-    if target == "cuda":
+    if target != "cpu":
         w("i += step")
     return w.text(), params

@@ -175,10 +175,15 @@ def make_scalar(value: Any) -> Node:
     return n
 
 
-def make_matmul(a: Node, b: Node, shape: tuple[int, ...], dtype: np.dtype) -> Node:
-    """A pending GEMM; to elementwise consumers it is a C-contiguous leaf computed first."""
+def make_matmul(a: Node, b: Node, shape: tuple[int, ...], dtype: np.dtype, acc: bool = False) -> Node:
+    """A pending GEMM; to elementwise consumers it is a C-contiguous leaf computed first.
+
+    With ``acc``, ``a`` and ``b`` are two pending GEMMs whose sum this node is: the second one
+    accumulates into the first one's output (beta = 1).
+    """
     key = intern_key(("matmul", dtypes.SHORT[dtype], len(shape)))
-    n = _new(op="matmul", dtype=dtype, shape=shape, key=key, device=a.device, args=(a, b), layout="C")
+    args = (a.args + b.args) if acc else (a, b)
+    n = _new(op="matmul", dtype=dtype, shape=shape, key=key, device=a.device, args=args, layout="C")
     n._init(leaves=(n,))
     return n
 

@@ -258,12 +258,24 @@ def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
         if n.shape != shape:
             shape = _broadcast_shapes(name, [m.shape for m in arrays])
             break
+    if name == "add" and _foldable(nodes, out_dt, shape):
+        # x@W + h@U: the second GEMM accumulates into the first (beta = 1), one leaf for the kernel
+        a, b = nodes
+        return Array(ir.make_matmul(a, b, shape, out_dt, acc=True))
     args = tuple(n if n.op == "scalar" or n.shape == shape else _broadcast(n, shape) for n in nodes)
     node = ir.make_op(name, args, out_dt, shape, device, attrs)
     out = Array(node)
     if not config.current.fuse:
         runtime.realize([out])  # the unfused baseline: one kernel per op, launched eagerly
     return out
+
+
+def _foldable(nodes: list[Node], dt: np.dtype, shape: tuple[int, ...]) -> bool:
+    if len(nodes) != 2 or not all(n.op == "matmul" and n.memo is None for n in nodes):
+        return False
+    if any(n.shape != shape or n.dtype != dt or len(n.args) != 2 for n in nodes):
+        return False
+    return bool(backends.get(nodes[0].device).gemm_accumulate)
 
 
 _COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
@@ -466,6 +478,7 @@ def matmul(a: Any, b: Any) -> Array:
     ``x @ W + h @ U`` costs two GEMMs (on CUDA the second accumulates into the first) plus the
     elementwise work, fused into the consumer kernel.
     """
+    runtime.realize([x for x in (a, b) if isinstance(x, Array)])  # operands: a fusion boundary
     na, nb = as_node(a), as_node(b)
     if na.op == "scalar" or nb.op == "scalar":
         raise ShapeError("matmul: operands must be arrays, not scalars")

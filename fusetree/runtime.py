@@ -169,11 +169,14 @@ def compute_matmul(n: Node) -> Any:
     """Run a pending GEMM once (memoized on the node)."""
     if n.memo is not None:
         return n.memo
-    a, b = n.args
     be = backends.get(n.device)
-    out = be.matmul(realize_node(a), realize_node(b))
-    _stats["launches"] += 1
-    _stats["gemms"] += 1
+    ops = [realize_node(x) for x in n.args]
+    out = be.matmul(ops[0], ops[1])
+    if len(ops) == 4:  # a folded x@W + h@U: the second GEMM adds into the first's output
+        out = be.matmul(ops[2], ops[3], out=out, accumulate=True)
+    k = len(ops) // 2
+    _stats["launches"] += k
+    _stats["gemms"] += k
     n.set_memo(out)
     return out
 
@@ -225,7 +228,7 @@ def fuser_dtype(roots: Sequence[Node], path: tuple[int, tuple]) -> Any:
 
 
 def _compile(be: Any, spec: codegen.KernelSpec) -> Plan:
-    source, params = codegen.render(spec, be.target, be.storage_dtype)
+    source, params = codegen.render(spec, be.target, be.storage_dtype, be.scalar_storage)
     if config.current.debug:
         print(source)
     try:

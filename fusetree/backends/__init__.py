@@ -54,6 +54,21 @@ def xp_for(device: str) -> Any:
     return get(device).xp
 
 
+def codegen_target(target: str) -> tuple[Any, Any, Any]:
+    """(storage, scalar_storage, ptx_fn or None) of a codegen target, without needing its device."""
+    if target == "cuda":
+        from . import cuda
+
+        return cuda.storage_dtype, cuda.scalar_storage, cuda.compile_ptx
+    if target == "cuda-sim":
+        from . import cuda_helpers
+
+        return cuda_helpers.sim_storage, (lambda d: d), None
+    from .cpu import CPUBackend
+
+    return CPUBackend.storage_dtype_static, (lambda d: d), None
+
+
 def loaded() -> list[str]:
     return sorted(_backends)
 

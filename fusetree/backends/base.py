@@ -16,6 +16,10 @@ class Backend:
     gemm_accumulate = False  # can ``matmul(..., out=buf, accumulate=True)`` add into buf (beta=1)
     xp: Any = np
 
+    def scalar_storage(self, dt: np.dtype) -> np.dtype:
+        """The dtype a scalar parameter of ``dt`` is passed as."""
+        return dt
+
     def cache_tag(self) -> str:
         """Target plus whatever compile options change the generated machine code."""
         return self.target

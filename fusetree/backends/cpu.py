@@ -239,8 +239,12 @@ class CPUBackend(Backend):
     def __init__(self) -> None:
         self.ns = _namespace()
 
-    def storage_dtype(self, dt: np.dtype) -> np.dtype:
+    @staticmethod
+    def storage_dtype_static(dt: np.dtype) -> np.dtype:
         return np.dtype(np.float32) if dt == np.float16 else dt
+
+    def storage_dtype(self, dt: np.dtype) -> np.dtype:
+        return self.storage_dtype_static(dt)
 
     def cache_tag(self) -> str:
         return "cpu/par" if config.current.cpu_parallel else "cpu/serial"
@@ -310,7 +314,13 @@ class CPUBackend(Backend):
             np.copyto(o, buf, casting="unsafe")
 
     def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
-        return np.matmul(a, b)
+        if out is None:
+            return np.matmul(a, b)
+        if accumulate:
+            out += np.matmul(a, b)
+        else:
+            np.matmul(a, b, out=out)
+        return out
 
     def copy(self, dst: Any, src: Any) -> None:
         np.copyto(dst, src, casting="unsafe")

@@ -1,0 +1,87 @@
+"""CUDA simulator backend (device "cuda-sim"): the generated CUDA kernels run in numba's simulator
+on NumPy memory, so CI checks the CUDA target's semantics without a GPU.
+
+numba reads ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported, so this backend must
+be used in a process that has not imported numba.cuda for the real GPU (tests run it in their own
+subprocess). The simulator runs ~10k elements/s: use tiny arrays.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+from ..errors import DeviceError
+from . import cuda_helpers
+from .base import Backend
+from .cpu import _flat_view
+
+if "numba.cuda" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+    raise DeviceError(
+        "device 'cuda-sim' needs NUMBA_ENABLE_CUDASIM=1 before numba.cuda is imported; "
+        "run it in its own process"
+    )
+os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+from . import numpy_shim  # noqa: E402
+
+numpy_shim()
+from numba import cuda  # noqa: E402
+
+
+class SimBackend(Backend):
+    name = "cuda-sim"
+    device = "cuda-sim"
+    target = "cuda-sim"
+    xp = np
+
+    def __init__(self) -> None:
+        self.ns = cuda_helpers.namespace(lambda f: f, None)  # the simulator runs plain Python
+        self.ns["cuda"] = cuda
+
+    def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
+        ns = dict(self.ns)
+        exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
+        return cuda.jit(ns[spec.name]), {}
+
+    def bind(self, data: Any, layout: str, flat: bool) -> tuple:
+        if flat or layout == "C":
+            return (data.reshape(-1),)
+        base, off, strides, _ = _flat_view(data)
+        return (base, off, *strides)
+
+    def launch(self, plan: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
+        flat = plan.spec.flat
+        for o, lay in zip(outs, layouts):
+            if flat or lay == "C":
+                args.append(o.reshape(-1))
+            else:
+                base, off, strides, copied = _flat_view(o)
+                if copied:
+                    raise DeviceError("cuda-sim: cannot write through this output view")
+                args.extend((base, off, *strides))
+        n = int(np.prod(shape, dtype=np.int64))
+        args.extend([n] if flat else list(shape))
+        args.append(n)
+        block = 32
+        grid = max(1, min((n + block - 1) // block, 4))
+        plan.kernel[grid, block](*args)
+
+    def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
+        r = np.matmul(a, b)
+        if out is None:
+            return r
+        if accumulate:
+            out += r
+        else:
+            out[...] = r
+        return out
+
+    def copy(self, dst: Any, src: Any) -> None:
+        np.copyto(dst, src, casting="unsafe")
+
+
+def make_backend() -> SimBackend:
+    return SimBackend()
