@@ -192,7 +192,9 @@ def _params(spec: KernelSpec, target: str) -> list[str]:
     return p + ([] if target == "cpu" else ["ntotal"])
 
 
-def render(spec: KernelSpec, target: str, storage=lambda dt: dt, scalar_storage=lambda dt: dt) -> tuple[str, list[str]]:
+def render(
+    spec: KernelSpec, target: str, storage=lambda dt: dt, scalar_storage=lambda dt: dt
+) -> tuple[str, list[str]]:
     """Source of ``spec`` for ``target`` ("cpu", "cuda" or "cuda-sim") and its parameter names.
 
     ``storage(dtype)`` is the dtype a buffer of ``dtype`` is passed as (bool -> uint8 on CUDA,

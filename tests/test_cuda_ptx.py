@@ -25,7 +25,10 @@ def _ptx_params(ptx: str) -> int:
 def test_every_op_compiles_to_ptx(name):
     d = OPS[name]
     dt = DTYPE_FOR.get(name, "float32")
-    args = [ft.asarray(np.ones((4, 8), dt))[:, ::2] if k == 0 else ft.asarray(np.ones(4, dt)) for k in range(d.arity)]
+    args = [
+        ft.asarray(np.ones((4, 8), dt))[:, ::2] if k == 0 else ft.asarray(np.ones(4, dt))
+        for k in range(d.arity)
+    ]
     if name == "where":
         args[0] = ft.asarray(np.ones((4, 4), bool))
     e = ft.explain(ft.FUNCTIONS_BY_NAME[name](*args), target="cuda")

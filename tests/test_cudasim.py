@@ -9,7 +9,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-SCRIPT = r'''
+SCRIPT = r"""
 import sys, warnings
 import numpy as np
 sys.path.insert(0, "tests")
@@ -49,12 +49,14 @@ out = ft.asarray(np.full((3, 4), np.nan, np.float32), device=D)
 out[:, ::2] = ft.asarray(np.ones((3, 2), np.float32), device=D) * 3
 assert np.isnan(out.numpy()[:, 1::2]).all() and (out.numpy()[:, ::2] == 3).all()
 print("SIM OK", checked)
-'''
+"""
 
 
 def test_generated_cuda_kernels_in_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
     if "No module named 'numba.cuda'" in r.stderr:
         pytest.skip("numba-cuda not installed")
     assert r.returncode == 0 and "SIM OK" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]

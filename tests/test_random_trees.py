@@ -71,13 +71,13 @@ def trees(out_shape):
     return st.recursive(base, extend, max_leaves=8)
 
 
-def build(t, mode, memo):
+def build(t, mode, memo, device=None):
     kind = t[0]
     if kind == "leaf":
-        return ft.asarray(t[1]) if mode == "ft" else t[1]
+        return ft.asarray(t[1], device=device) if mode == "ft" else t[1]
     if kind == "scalar":
         return t[1]
-    args = [build(a, mode, memo) for a in t[1:]]
+    args = [build(a, mode, memo, device) for a in t[1:]]
     if mode == "ft":
         return ft.FUNCTIONS_BY_NAME[kind](*args)
     out = np.asarray(OPS[kind].ref(*args))
@@ -86,13 +86,19 @@ def build(t, mode, memo):
     return out
 
 
-@given(
-    out_shape=st.lists(st.integers(1, 4), min_size=0, max_size=3)
+SHAPED_TREES = (
+    st.lists(st.integers(1, 4), min_size=0, max_size=3)
     .map(tuple)
     .flatmap(lambda s: st.tuples(st.just(s), trees(s)))
 )
+
+
+@given(out_shape=SHAPED_TREES)
 def test_random_tree_matches_numpy(out_shape):
-    _, tree = out_shape
+    check_tree(out_shape[1], None)
+
+
+def check_tree(tree, device):
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         memo: dict = {}
@@ -100,11 +106,11 @@ def test_random_tree_matches_numpy(out_shape):
             want = build(tree, "np", memo)
         except (TypeError, ValueError, OverflowError) as e:  # NumPy refuses: fusetree must refuse too
             try:
-                build(tree, "ft", {}).numpy()
+                build(tree, "ft", {}, device).numpy()
             except (TypeError, ValueError, OverflowError):
                 return
             raise AssertionError(f"NumPy raised {e!r} but fusetree did not") from None
-        got = build(tree, "ft", {})
+        got = build(tree, "ft", {}, device)
         got = got.numpy() if isinstance(got, ft.Array) else np.asarray(got)
     want = np.asarray(want)
     assert got.shape == want.shape and got.dtype == want.dtype, (got.dtype, want.dtype)

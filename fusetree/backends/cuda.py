@@ -160,7 +160,14 @@ class Driver:
         lib.cuLaunchKernel.restype = i
         lib.cuModuleLoadData.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
         lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
-        lib.cuOccupancyMaxPotentialBlockSize.argtypes = [ctypes.POINTER(i), ctypes.POINTER(i), vp, vp, ctypes.c_size_t, i]
+        lib.cuOccupancyMaxPotentialBlockSize.argtypes = [
+            ctypes.POINTER(i),
+            ctypes.POINTER(i),
+            vp,
+            vp,
+            ctypes.c_size_t,
+            i,
+        ]
         lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.argtypes = [ctypes.POINTER(i), vp, i, ctypes.c_size_t]
         lib.cuGetErrorString.argtypes = [i, ctypes.POINTER(ctypes.c_char_p)]
         lib.cuDriverGetVersion.argtypes = [ctypes.POINTER(i)]
@@ -193,16 +200,26 @@ class Driver:
 
     def function(self, module: int, name: str) -> int:
         f = ctypes.c_void_p()
-        self.check(self.lib.cuModuleGetFunction(ctypes.byref(f), module, name.encode()), "cuModuleGetFunction")
+        self.check(
+            self.lib.cuModuleGetFunction(ctypes.byref(f), module, name.encode()), "cuModuleGetFunction"
+        )
         return f.value or 0
 
     def occupancy(self, func: int) -> tuple[int, int]:
         """(block size, max resident blocks per SM) for ``func``."""
         grid, block = ctypes.c_int(), ctypes.c_int()
-        self.check(self.lib.cuOccupancyMaxPotentialBlockSize(ctypes.byref(grid), ctypes.byref(block), func, None, 0, 0), "occupancy")
+        self.check(
+            self.lib.cuOccupancyMaxPotentialBlockSize(
+                ctypes.byref(grid), ctypes.byref(block), func, None, 0, 0
+            ),
+            "occupancy",
+        )
         bs = min(block.value, 512)
         per_sm = ctypes.c_int()
-        self.check(self.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), func, bs, 0), "occupancy")
+        self.check(
+            self.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), func, bs, 0),
+            "occupancy",
+        )
         return bs, max(1, per_sm.value)
 
 
@@ -255,7 +272,11 @@ class CUDABackend(Backend):
             cp.zeros(1)  # creates the runtime's primary context on this thread
             dev = cp.cuda.Device()
             self.cc = tuple(int(c) for c in dev.compute_capability)
-            self.cc = (self.cc[0], self.cc[1]) if len(self.cc) == 2 else (int(dev.compute_capability[:-1]), int(dev.compute_capability[-1]))
+            self.cc = (
+                (self.cc[0], self.cc[1])
+                if len(self.cc) == 2
+                else (int(dev.compute_capability[:-1]), int(dev.compute_capability[-1]))
+            )
             self.sms = dev.attributes["MultiProcessorCount"]
         except Exception as e:
             raise DeviceError(f"device 'cuda' is not available: {type(e).__name__}: {e}") from None
@@ -286,12 +307,8 @@ class CUDABackend(Backend):
         return cp.asnumpy(data)
 
     def reshape_view(self, data: Any, shape: tuple[int, ...]) -> Any | None:
-        try:
-            v = data.view()
-            v.shape = shape
-            return v
-        except (AttributeError, ValueError):
-            return None
+        v = data.reshape(shape)
+        return v if v.data.ptr == data.data.ptr and v.base is not None else None
 
     def may_share_memory(self, a: Any, b: Any) -> bool:
         return bool(cp.may_share_memory(a, b))
@@ -407,6 +424,7 @@ class CUDABackend(Backend):
 
         handle = cp.cuda.device.get_cublas_handle()
         cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
+        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
         one, zero = self._gemm_consts[dt]
         beta = one if accumulate else zero
         gemm = cublas.sgemm if dt == np.float32 else cublas.dgemm

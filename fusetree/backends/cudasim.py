@@ -25,7 +25,7 @@ if "numba.cuda" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
         "run it in its own process"
     )
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-from . import numpy_shim  # noqa: E402
+from . import numpy_shim
 
 numpy_shim()
 from numba import cuda  # noqa: E402

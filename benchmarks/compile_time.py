@@ -1,0 +1,56 @@
+"""Compile cost on the GPU: ms for a new key in a warm process, and per kernel from the disk cache
+in a fresh process (no numba compiler call)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHILD = r"""
+import sys, time, cupy as cp
+sys.path.insert(0, sys.argv[1])
+import fusetree as ft
+x = ft.asarray(cp.ones((64, 64), cp.float32)); (x + 1).numpy()   # warm: backend, context, first kernel
+ft.reset_stats()
+fns = [lambda v, k=k: ft.tanh(v * (k + 2)) + ft.exp(v) ** (k % 3 + 1) - v / (k + 3) for k in range(int(sys.argv[2]))]
+exprs = []
+t0 = time.perf_counter()
+for k in range(int(sys.argv[2])):
+    y = x
+    for _ in range(k % 4 + 1):
+        y = ft.sigmoid(y) * 1.5 + ft.tanh(y)    # a different structure per k
+    y = y.astype(cp.float16) if k % 2 else y
+    (y - k).numpy()
+dt = time.perf_counter() - t0
+s = ft.stats()
+print(f"RESULT {dt / int(sys.argv[2]) * 1e3:.2f} {s['compiles']} {s['disk_hits']}")
+"""
+
+
+def run(cache: str, n: int) -> tuple[float, int, int]:
+    env = dict(os.environ, FUSETREE_CACHE_DIR=cache)
+    r = subprocess.run([sys.executable, "-c", CHILD, ROOT, str(n)], env=env, capture_output=True, text=True)
+    line = [x for x in r.stdout.splitlines() if x.startswith("RESULT")]
+    if not line:
+        raise RuntimeError(r.stdout + r.stderr)
+    ms, comp, hits = line[0].split()[1:]
+    return float(ms), int(comp), int(hits)
+
+
+def main() -> None:
+    n = 8
+    with tempfile.TemporaryDirectory() as d:
+        cold = run(d, n)
+        warm = run(d, n)
+    print("\n| case | ms per new kernel | compiles | disk hits |\n|---|---:|---:|---:|")
+    print(f"| new key, warm process (compile_ptx + load) | {cold[0]:.1f} | {cold[1]} | {cold[2]} |")
+    print(f"| fresh process, from disk cache (load only) | {warm[0]:.1f} | {warm[1]} | {warm[2]} |")
+
+
+if __name__ == "__main__":
+    t = time.time()
+    main()

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One device call: environment, GPU tests, and every GPU benchmark; logs and tables under $OUT.
+# Usage (on the GPU machine, from the repo root): bash benchmarks/gpu_session.sh [parts...]
+set -u
+export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 FUSETREE_CACHE_DIR=/tmp/ftcache
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+parts=${*:-"env sanity tests launch bandwidth compile lstm"}
+run() { local name=$1; shift; echo "=== $name"; local t=$SECONDS; timeout "${LIMIT:-300}" "$@" > "$OUT/$name.log" 2>&1; local rc=$?; echo "[$name rc=$rc $((SECONDS-t))s]"; tail -n "${TAILN:-25}" "$OUT/$name.log"; }
+for p in $parts; do
+  case $p in
+    env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; python3 -c "import numpy, numba, numba_cuda, cupy, torch, sys; print(sys.version.split()[0], numpy.__version__, numba.__version__, numba_cuda.__version__, cupy.__version__, torch.__version__)";;
+    sanity) run sanity python3 -c "
+import numpy as np, cupy as cp, fusetree as ft
+from lstm_ref import lstm_step, make_inputs, reference, rel_err
+inp = make_inputs(np.random.default_rng(0), 128, 512)
+h2, c2 = lstm_step(*(ft.asarray(cp.asarray(a)) for a in inp), xp=ft)
+ft.reset_stats(); ft.evaluate(h2, c2); print(ft.stats())
+hr, cr = reference(*inp); print('rel_err', rel_err(h2.numpy(), hr), rel_err(c2.numpy(), cr))
+print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].source)";;
+    tests) LIMIT=420 TAILN=40 run tests python3 -m pytest -m gpu -q -p no:cacheprovider -x --maxfail=5 -W ignore::DeprecationWarning tests/test_gpu.py;;
+    cputests) LIMIT=400 run cputests python3 -m pytest -q -p no:cacheprovider tests/test_lstm.py tests/test_cache.py tests/test_api.py;;
+    launch) run launch python3 benchmarks/launch_overhead.py;;
+    bandwidth) TAILN=40 run bandwidth python3 benchmarks/bandwidth.py;;
+    compile) run compile python3 benchmarks/compile_time.py;;
+    lstm) LIMIT=500 TAILN=45 run lstm python3 benchmarks/lstm.py --device cuda --json "$OUT/lstm_gpu.json" --plot "$OUT/lstm_gpu.png";;
+    lstmq) LIMIT=300 TAILN=45 run lstmq python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --modes fusetree,fusetree-unfused,cupy-unfused,cupy-handwritten,torch-lstmcell --json "$OUT/lstm_gpu.json";;
+  esac
+done

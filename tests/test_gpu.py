@@ -1,0 +1,149 @@
+"""GPU tests (pytest -m gpu; skipped without a CUDA GPU): the reference and hypothesis suites on
+CuPy arrays with poisoned outputs and fresh random inputs, the LSTM step, caches and interop."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from lstm_ref import lstm_step, make_inputs, reference, rel_err
+from test_random_trees import SHAPED_TREES, check_tree
+from util import assert_matches, draw
+
+import fusetree as ft
+from fusetree.ops import OPS
+
+pytestmark = pytest.mark.gpu
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DTYPES = ("bool", "int8", "int32", "uint8", "int64", "float16", "float32", "float64")
+
+
+def _ref(name, *xs):
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return np.asarray(OPS[name].ref(*xs))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", sorted(n for n in OPS if n != "astype"))
+def test_op_on_gpu_poisoned(name, dtype, rng):
+    import cupy as cp
+
+    d = OPS[name]
+    xs = [draw(rng, (33, 17) if k == 0 else (17,), dtype, d.domain) for k in range(d.arity)]
+    if name == "where":
+        xs[0] = rng.random((33, 17)) < 0.5
+    if name == "power" and np.dtype(dtype).kind in "iu":
+        xs[1] = np.abs(xs[1]) % 4
+    try:
+        want = _ref(name, *[x[::-1] if x.ndim == 2 else x for x in xs])
+    except (TypeError, ValueError):
+        with pytest.raises(ft.DTypeError):
+            ft.FUNCTIONS_BY_NAME[name](*[ft.asarray(cp.asarray(x)) for x in xs])
+        return
+    args = [ft.asarray(cp.asarray(x))[::-1] if x.ndim == 2 else ft.asarray(cp.asarray(x)) for x in xs]
+    expr = ft.FUNCTIONS_BY_NAME[name](*args)
+    fresh = expr.numpy()
+    scale = max([1.0] + [float(np.abs(x.astype(np.float64)).max()) for x in xs if x.dtype.kind == "f"])
+    assert_matches(fresh, want, d.ulps, scale, f"{name}({dtype}) fresh")
+    # poisoned out[...] = target, strided
+    poison = cp.full(
+        (want.shape[0], want.shape[1] * 2), np.nan if want.dtype.kind == "f" else 77, dtype=want.dtype
+    )
+    target = ft.asarray(poison)
+    target[:, ::2] = ft.FUNCTIONS_BY_NAME[name](*args)
+    got = cp.asnumpy(poison)
+    assert_matches(got[:, ::2], want, d.ulps, scale, f"{name}({dtype}) out=")
+    if want.dtype.kind == "f":
+        assert np.isnan(got[:, 1::2]).all()
+
+
+@settings(max_examples=150, deadline=None)
+@given(out_shape=SHAPED_TREES)
+def test_random_trees_on_gpu(out_shape):
+    check_tree(out_shape[1], "cuda")
+
+
+def test_lstm_step_gpu_two_gemms_one_kernel(rng):
+    import cupy as cp
+
+    for B, H in [(64, 512), (128, 512), (7, 33)]:
+        inputs = make_inputs(rng, B, H)
+        args = [ft.asarray(cp.asarray(a)) for a in inputs]
+        ft.reset_stats()
+        h2, c2 = lstm_step(*args, xp=ft)
+        ft.evaluate(h2, c2)
+        s = ft.stats()
+        assert s["gemms"] == 2 and s["kernels"] == 1 and s["launches"] == 3, s
+        hr, cr = reference(*inputs)
+        assert rel_err(h2.numpy(), hr) < 1e-5 and rel_err(c2.numpy(), cr) < 1e-5
+        assert isinstance(h2.data, cp.ndarray) and h2.device == "cuda"
+    ft.reset_stats()
+    inputs = make_inputs(rng, 96, 512)
+    h2, c2 = lstm_step(*[ft.asarray(cp.asarray(a)) for a in inputs], xp=ft)
+    ft.evaluate(h2, c2)
+    assert ft.stats()["compiles"] == 0
+
+
+def test_interop_zero_copy():
+    import cupy as cp
+
+    a = cp.arange(12, dtype=cp.float32).reshape(3, 4)
+    x = ft.asarray(a)
+    assert x.device == "cuda" and x.data.data.ptr == a.data.ptr
+    y = ft.exp(x) + 1
+    back = cp.asarray(y)  # __cuda_array_interface__
+    np.testing.assert_allclose(cp.asnumpy(back), np.exp(np.arange(12).reshape(3, 4)) + 1, rtol=1e-6)
+    try:
+        import torch
+
+        t = torch.arange(6, dtype=torch.float32, device="cuda")
+        z = (ft.asarray(t) * 2).numpy()
+        np.testing.assert_array_equal(z, np.arange(6) * 2)
+        assert torch.from_dlpack(y).shape == (3, 4)
+    except ImportError:
+        pass
+    with pytest.raises(ft.DeviceError, match="different devices"):
+        x + ft.asarray(np.ones((3, 4), np.float32))
+
+
+def test_gpu_cache_and_disk_cache(tmp_path):
+    code = (
+        "import cupy as cp, fusetree as ft\n"
+        "x = ft.asarray(cp.ones((5, 7), cp.float32))\n"
+        "y = (ft.tanh(x * 3.5) + ft.sigmoid(x[:, ::-1])).numpy()\n"
+        "print(ft.stats()['compiles'], ft.stats()['disk_hits'])\n"
+    )
+    env = dict(os.environ, FUSETREE_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT))
+    out = [
+        subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        for _ in range(2)
+    ]
+    assert all(r.returncode == 0 for r in out), out[0].stderr + out[1].stderr
+    assert out[0].stdout.split() == ["1", "0"] and out[1].stdout.split() == ["1", "1"], [
+        r.stdout for r in out
+    ]
+    assert (tmp_path.stat().st_mode & 0o777) == 0o700
+    # a corrupted entry is detected and rebuilt
+    for f in tmp_path.glob("*.json"):
+        f.write_text(f.read_text()[:-20])
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.split() == ["1", "0"], r.stdout + r.stderr
+
+
+def test_float16_and_bool_on_gpu(rng):
+    import cupy as cp
+
+    a = rng.standard_normal((64, 3)).astype(np.float16)
+    x = ft.asarray(cp.asarray(a))
+    got = (ft.exp(x) * 2 > 1).numpy()
+    np.testing.assert_array_equal(got, np.exp(a) * 2 > 1)
+    h = (x * 2 + 1).numpy()
+    assert h.dtype == np.float16
+    np.testing.assert_allclose(h, a * 2 + 1, rtol=1e-3)
