@@ -22,6 +22,7 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     launch) run launch python3 benchmarks/launch_overhead.py;;
     bandwidth) TAILN=40 run bandwidth python3 benchmarks/bandwidth.py;;
     compile) run compile python3 benchmarks/compile_time.py;;
+    bwu) for u in 1 2 4; do FUSETREE_CUDA_UNROLL=$u TAILN=8 run bandwidth_u$u python3 benchmarks/bandwidth.py --no-sweep; done;;
     lstm) LIMIT=500 TAILN=45 run lstm python3 benchmarks/lstm.py --device cuda --json "$OUT/lstm_gpu.json" --plot "$OUT/lstm_gpu.png";;
     lstmq) LIMIT=300 TAILN=45 run lstmq python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --modes fusetree,fusetree-unfused,cupy-unfused,cupy-handwritten,torch-lstmcell --json "$OUT/lstm_gpu.json";;
   esac

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import dtypes
+from . import config, dtypes
 from .ops import OPS, operand_dtype
 
 Ref = tuple[str, int]  # ("x", leaf index) or ("t", op index)
@@ -113,12 +113,15 @@ def convert(expr: str, dst: np.dtype) -> str:
 
 
 def _body(spec: KernelSpec, w: Writer, load, store, storage, scalar_storage,
-          preloaded: frozenset | set = frozenset()) -> None:  # fmt: skip
-    """Loads, one assignment per op, stores. ``load(i)``/``store(k)`` give array element exprs."""
+          preloaded: frozenset | set = frozenset(), copies: tuple[str, ...] = ("",)) -> None:  # fmt: skip
+    """Loads, one assignment per op, stores. ``load(i, sfx)``/``store(k, sfx)`` give array element
+    expressions. Several ``copies`` (name suffixes, for unrolled loops) emit every copy's loads
+    first, then every copy's ops, then the stores, so loads are in flight together."""
     reg: dict[Ref, np.dtype] = {}
     desc: dict[Ref, dtypes.Desc] = {}
     name: dict[Ref, str] = {}
     used = {r for o in spec.ops for r in o.args} | {o.ref for o in spec.outs}
+    loads = []
     for i, lf in enumerate(spec.leaves):
         r: Ref = ("x", i)
         desc[r] = lf.desc
@@ -129,13 +132,19 @@ def _body(spec: KernelSpec, w: Writer, load, store, storage, scalar_storage,
             reg[r] = dtypes.register(lf.dtype)
             name[r] = f"x{i}"
             if i not in preloaded:
-                w(f"x{i} = {cast(load(i), storage(lf.dtype), reg[r])}")
+                loads.append((i, lf, reg[r]))
+    for sfx in copies:
+        for i, lf, rg in loads:
+            w(f"x{i}{sfx} = {cast(load(i, sfx), storage(lf.dtype), rg)}")
+    lines = []
     for j, o in enumerate(spec.ops):
         d = OPS[o.op]
         descs = tuple(desc[a] for a in o.args)
         operands = [
-            cast(name[a], reg[a], operand_dtype(o.op, descs, o.dtype, k)) for k, a in enumerate(o.args)
-        ]
+            cast(name[a] + "{sfx}" * (a[0] == "t" or a not in preloaded_refs(spec, preloaded)), reg[a],
+                 operand_dtype(o.op, descs, o.dtype, k))
+            for k, a in enumerate(o.args)
+        ]  # fmt: skip
         out_reg = dtypes.register(o.dtype)
         kind = (
             operand_dtype(o.op, descs, o.dtype, 0).kind if d.operands in ("keep", "common") else out_reg.kind
@@ -143,10 +152,22 @@ def _body(spec: KernelSpec, w: Writer, load, store, storage, scalar_storage,
         tmpl = d.template_for(kind)
         expr = tmpl.format(*operands, T=dtypes.CTOR[out_reg], t=dtypes.SHORT[out_reg])
         r = ("t", j)
-        w(f"t{j} = {convert(expr, out_reg)}")
+        lines.append(f"t{j}{{sfx}} = {convert(expr, out_reg)}")
         reg[r], desc[r], name[r] = out_reg, o.dtype, f"t{j}"
-    for k, out in enumerate(spec.outs):
-        w(f"{store(k)} = {cast(name[out.ref], reg[out.ref], storage(out.dtype))}")
+    for sfx in copies:
+        for line in lines:
+            w(line.replace("{sfx}", sfx))
+    for sfx in copies:
+        for k, out in enumerate(spec.outs):
+            src = name[out.ref] + (
+                "" if out.ref[0] == "x" and out.ref in preloaded_refs(spec, preloaded) else sfx
+            )
+            w(f"{store(k, sfx)} = {cast(src, reg[out.ref], storage(out.dtype))}")
+
+
+def preloaded_refs(spec: KernelSpec, preloaded: frozenset | set) -> set:
+    """Refs whose names carry no copy suffix: scalars and loads hoisted out of the inner loop."""
+    return {("x", i) for i, lf in enumerate(spec.leaves) if lf.kind == "scalar" or i in preloaded}
 
 
 def header(spec: KernelSpec, target: str, params: list[str]) -> list[str]:
@@ -281,18 +302,28 @@ def render(
             terms = [f"i{d}" if lay == "I" and d == nd - 1 else f"i{d} * {a}_s{d}" for d in range(nd)]
             idx[a] = " + ".join(([f"{a}_o"] if offsets else []) + terms)
 
-    def elem(a: str) -> str:
-        return f"{idx.get(a + '@row', a)}[{idx[a]}]"
+    def elem(a: str, sfx: str = "") -> str:
+        return f"{idx.get(a + '@row', a)}[{idx[a]}{sfx}]"
 
-    _body(
-        spec,
-        w,
-        load=lambda i: elem(leaf_name[i]),
-        store=lambda k: elem(f"out{k}"),
-        storage=storage,
-        scalar_storage=scalar_storage,
-        preloaded=preloaded,
-    )
+    def body(copies: tuple[str, ...]) -> None:
+        _body(spec, w, load=lambda i, sfx: elem(leaf_name[i], sfx), store=lambda k, sfx: elem(f"out{k}", sfx),
+              storage=storage, scalar_storage=scalar_storage, preloaded=preloaded, copies=copies)  # fmt: skip
+
+    unroll = config.current.cuda_unroll if target in ("cuda", "cuda-sim") and spec.flat else 1
+    if unroll > 1:
+        # flat grid-stride loop, ``unroll`` elements (one grid stride apart) per thread and step
+        w.lines.pop()
+        w.dedent()
+        w(f"while i + {unroll - 1} * step < n:")
+        w.indent()
+        for u in range(1, unroll):
+            w(f"i_{u} = i + {u} * step")
+        body(("",) + tuple(f"_{u}" for u in range(1, unroll)))
+        w(f"i += {unroll} * step")
+        w.dedent()
+        w("while i < n:")
+        w.indent()
+    body(("",))
     if target != "cpu":
         w("i += step")
     return w.text(), params

@@ -32,6 +32,7 @@ class Options:
     debug: bool = False  # print every newly generated kernel's source
     cpu_parallel: bool = True  # numba parallel=True loops on the CPU backend
     max_kernel_params: int = MAX_KERNEL_PARAMS
+    cuda_unroll: int = 1  # elements per thread per grid-stride step in flat CUDA kernels
 
 
 def _from_env() -> Options:
@@ -40,6 +41,7 @@ def _from_env() -> Options:
         debug=_env_flag("FUSETREE_DEBUG", False),
         cpu_parallel=_env_flag("FUSETREE_CPU_PARALLEL", True),
         max_kernel_params=int(os.environ.get("FUSETREE_MAX_KERNEL_PARAMS", MAX_KERNEL_PARAMS)),
+        cuda_unroll=int(os.environ.get("FUSETREE_CUDA_UNROLL", 1)),
     )
 
 

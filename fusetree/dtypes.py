@@ -70,16 +70,16 @@ def result_type(*descs: Desc) -> np.dtype:
     return np.result_type(*[sample(d) for d in descs])  # type: ignore[arg-type]
 
 
+_BOUNDS = {d: (int(np.iinfo(d).min), int(np.iinfo(d).max)) for d in SUPPORTED if d.kind in "iu"}
+
+
 def fits(value: int, dt: np.dtype) -> bool:
-    if dt.kind not in "iu":
-        return True
-    info = np.iinfo(dt)
-    return bool(info.min <= value <= info.max)
+    b = _BOUNDS.get(dt)
+    return b is None or b[0] <= value <= b[1]
 
 
 def check_weak_int(value: int, partner: np.dtype, op: str) -> None:
     """NumPy 2 refuses a Python int that does not fit the integer dtype it combines with."""
-    if partner.kind in "iu":
-        info = np.iinfo(partner)
-        if not (info.min <= value <= info.max):
-            raise OverflowError(f"{op}: Python integer {value} out of bounds for {partner.name}")
+    b = _BOUNDS.get(partner)
+    if b is not None and not (b[0] <= value <= b[1]):
+        raise OverflowError(f"{op}: Python integer {value} out of bounds for {partner.name}")

@@ -16,6 +16,7 @@ order: the kernel's inputs.
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 from typing import Any
 
@@ -63,25 +64,31 @@ def layout_class(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int
     return "S"
 
 
-class Node:
-    """An immutable IR node. Build with the ``make_*`` functions, never directly."""
+_FIELDS = (
+    "op",
+    "dtype",
+    "shape",
+    "args",
+    "attrs",
+    "key",
+    "leaves",
+    "uid",
+    "device",
+    "data",
+    "weak",
+    "layout",
+    "_box",
+)
 
-    __slots__ = (
-        "__weakref__",
-        "_memo",
-        "args",
-        "attrs",
-        "data",
-        "device",
-        "dtype",
-        "key",
-        "layout",
-        "leaves",
-        "op",
-        "shape",
-        "uid",
-        "weak",
-    )  # fmt: skip
+
+class Node(tuple):
+    """An immutable IR node (a tuple: fields cannot be reassigned). Build with ``make_*``.
+
+    Equality and hashing are by identity: structural equality is ``key``'s job, and a deep
+    ``__eq__`` must never run on the hot path.
+    """
+
+    __slots__ = ()
 
     op: str
     dtype: np.dtype
@@ -89,90 +96,96 @@ class Node:
     args: tuple[Node, ...]
     attrs: tuple
     key: int
-    leaves: tuple[Node, ...]
     uid: int
     device: str
     data: Any
     weak: type | None
     layout: str
-    _memo: Any
 
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError("fusetree IR nodes are immutable")
+    __eq__ = object.__eq__  # type: ignore[assignment]
+    __ne__ = object.__ne__  # type: ignore[assignment]
+    __hash__ = object.__hash__  # type: ignore[assignment]
 
-    def _init(self, **fields: object) -> None:
-        for k, v in fields.items():
-            object.__setattr__(self, k, v)
+    @property
+    def leaves(self) -> tuple[Node, ...]:  # type: ignore[override]
+        """Distinct leaves in kernel-argument order; ``(self,)`` for a leaf."""
+        lv = self[6]
+        return (self,) if lv is None else lv
 
     @property
     def is_leaf(self) -> bool:
-        return self.op in LEAF_OPS
+        return self[0] in LEAF_OPS
 
     @property
     def desc(self) -> dtypes.Desc:
         """The operand descriptor used by dtype rules: the dtype, or the Python type if weak."""
-        return self.weak if self.weak is not None else self.dtype
+        return self[10] if self[10] is not None else self[1]
 
     @property
     def memo(self) -> Any:
-        """A boundary node's computed value (a GEMM result), or None. A cache, not state."""
-        return self._memo
+        """A cache, not state: a GEMM node's result, or a buffer leaf's kernel arguments (or None)."""
+        return self[12][0]
 
     def set_memo(self, value: object) -> None:
-        object.__setattr__(self, "_memo", value)
+        self[12][0] = value
 
     def __repr__(self) -> str:
         return f"Node({self.op}, {self.dtype}, {self.shape}, key={self.key})"
 
 
-def _new(**fields: object) -> Node:
-    n = object.__new__(Node)
-    base: dict[str, object] = {
-        "uid": next(_uids),
-        "_memo": None,
-        "weak": None,
-        "layout": "",
-        "data": None,
-        "attrs": (),
-        "args": (),
-    }
-    base.update(fields)
-    n._init(**base)
-    return n
+for _i, _f in enumerate(_FIELDS[:-1]):
+    if _f != "leaves":
+        setattr(Node, _f, property(operator.itemgetter(_i)))
+_tnew = tuple.__new__
 
 
 def make_buffer(data: Any, device: str) -> Node:
     """A leaf reading ``data`` (an array view) through its strides."""
-    dt = np.dtype(data.dtype)
-    shape = tuple(int(s) for s in data.shape)
-    lay = layout_class(shape, tuple(int(s) for s in data.strides), dt.itemsize)
+    dt = data.dtype
+    shape = data.shape
+    lay = layout_class(shape, data.strides, dt.itemsize)
     key = intern_key(("buffer", dtypes.SHORT[dt], len(shape), lay))
-    n = _new(op="buffer", dtype=dt, shape=shape, key=key, device=device, data=data, layout=lay)
-    n._init(leaves=(n,))
-    return n
+    return _leaf("buffer", dt, shape, (), key, device, data, None, lay)
 
 
 def make_scalar(value: Any) -> Node:
     """A leaf for a scalar. Python scalars are weak (NEP 50); NumPy scalars keep their dtype."""
     weak: type | None
-    if isinstance(value, bool | np.bool_) and not isinstance(value, np.generic):
-        weak, dt = bool, dtypes.weak_default(bool)
-    elif isinstance(value, np.generic):
-        weak, dt = None, dtypes.check(value.dtype, "scalar")
-        value = value.item() if dt.kind != "f" else float(value)
-    elif isinstance(value, int):
-        weak, dt = int, dtypes.weak_default(int)
+    t = type(value)
+    if t is bool:
+        weak, dt = bool, _WEAK_DT[bool]
+    elif t is int:
+        weak, dt = int, _WEAK_DT[int]
         if not (-(2**63) <= value < 2**63):
             raise OverflowError(
                 f"Python integer {value} does not fit in int64 (fusetree passes Python ints as int64)"
             )
+    elif t is float:
+        weak, dt = float, _WEAK_DT[float]
+    elif isinstance(value, np.generic):
+        weak, dt = None, dtypes.check(value.dtype, "scalar")
+        value = value.item() if dt.kind != "f" else float(value)
+    elif isinstance(value, bool):
+        weak, dt = bool, _WEAK_DT[bool]
+    elif isinstance(value, int):
+        weak, dt = int, _WEAK_DT[int]
+        value = int(value)
     else:
-        weak, dt = float, dtypes.weak_default(float)
+        weak, dt = float, _WEAK_DT[float]
         value = float(value)
-    key = intern_key(("scalar", weak.__name__ if weak else dtypes.SHORT[dt]))
-    n = _new(op="scalar", dtype=dt, shape=(), key=key, device="", data=value, weak=weak)
-    n._init(leaves=(n,))
-    return n
+    key = _SCALAR_KEYS.get((weak, dt))
+    if key is None:
+        key = _SCALAR_KEYS[(weak, dt)] = intern_key(("scalar", weak.__name__ if weak else dtypes.SHORT[dt]))
+    return _leaf("scalar", dt, (), (), key, "", value, weak, "")
+
+
+_WEAK_DT = {t: dtypes.weak_default(t) for t in (bool, int, float)}
+_SCALAR_KEYS: dict = {}
+
+
+def _leaf(op, dt, shape, args, key, device, data, weak, layout):  # type: ignore[no-untyped-def]
+    # a leaf's ``leaves`` is (itself,): stored as None, see Node.leaves
+    return _tnew(Node, (op, dt, shape, args, (), key, None, next(_uids), device, data, weak, layout, [None]))
 
 
 def make_matmul(a: Node, b: Node, shape: tuple[int, ...], dtype: np.dtype, acc: bool = False) -> Node:
@@ -183,15 +196,21 @@ def make_matmul(a: Node, b: Node, shape: tuple[int, ...], dtype: np.dtype, acc: 
     """
     key = intern_key(("matmul", dtypes.SHORT[dtype], len(shape)))
     args = (a.args + b.args) if acc else (a, b)
-    n = _new(op="matmul", dtype=dtype, shape=shape, key=key, device=a.device, args=args, layout="C")
-    n._init(leaves=(n,))
-    return n
+    return _leaf("matmul", dtype, shape, args, key, a.device, None, None, "C")
 
 
 def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None]:
     """Distinct leaves of ``args`` in order, and the sharing map (None when no leaf is shared)."""
     if len(args) == 1:
         return args[0].leaves, None
+    if len(args) == 2:
+        la, lb = args[0].leaves, args[1].leaves
+        if len(la) + len(lb) <= 16:
+            ids = [id(x) for x in la]
+            if not any(id(y) in ids for y in lb):
+                return la + lb, None
+        elif not {id(x) for x in la}.intersection(map(id, lb)):
+            return la + lb, None
     total = sum(len(a.leaves) for a in args)
     index: dict[int, int] = {}
     leaves: list[Node] = []
@@ -214,9 +233,10 @@ def make_op(op: str, args: tuple[Node, ...], dtype: np.dtype, shape: tuple[int, 
             device: str, attrs: tuple = ()) -> Node:  # fmt: skip
     """An elementwise node. Non-scalar children must already have exactly ``shape``."""
     leaves, sharing = merge_leaves(args)
-    key = intern_key((op, dtypes.SHORT[dtype], attrs, tuple(a.key for a in args), sharing))
-    return _new(op=op, dtype=dtype, shape=shape, args=args, attrs=attrs, key=key,
-                leaves=leaves, device=device)  # fmt: skip
+    key = intern_key((op, dtypes.SHORT[dtype], attrs, tuple([a[5] for a in args]), sharing))
+    return _tnew(
+        Node, (op, dtype, shape, args, attrs, key, leaves, next(_uids), device, None, None, "", [None])
+    )
 
 
 def verify(node: Node) -> None:

@@ -22,6 +22,7 @@ from .ops import BINARY_OPERATORS, OPS, UNARY_OPERATORS, operand_dtype, result_d
 # Live, pending (unrealized) arrays: id -> weakref. Realizing a value also stores the live pending
 # values that are part of its kernel (same shape and device); see runtime.realize.
 PENDING = runtime.PENDING
+_ref = weakref.ref
 
 
 class Array:
@@ -40,8 +41,8 @@ class Array:
 
     def __init__(self, node: Node) -> None:
         self._node = node
-        if not node.is_leaf or node.op == "matmul":
-            PENDING[id(self)] = weakref.ref(self)
+        if node[0] != "buffer" and node[0] != "scalar":
+            PENDING[id(self)] = _ref(self)
 
     # -- attributes ------------------------------------------------------------------------
     @property
@@ -222,11 +223,16 @@ def _is_operand(x: Any) -> bool:
 # building nodes
 
 
+_SCALAR_TYPES = (builtins.bool, int, float, np.generic)
+
+
 def as_node(x: Any, device: str | None = None) -> Node:
     """The IR node for an operand: fusetree arrays, NumPy/CuPy arrays, Python and NumPy scalars."""
+    if type(x) is Array:
+        return x._node
     if isinstance(x, Array):
         return x._node
-    if isinstance(x, builtins.bool | int | float | np.generic) and not isinstance(x, complex):
+    if isinstance(x, _SCALAR_TYPES):
         if isinstance(x, np.generic):
             dtypes.check(x.dtype, "scalar operand")
         return ir.make_scalar(x)
@@ -235,36 +241,45 @@ def as_node(x: Any, device: str | None = None) -> Node:
 
 def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
     """Build the node for op ``name`` (see fusetree.ops.OPS) over ``operands``."""
-    nodes = [as_node(x) for x in operands]
-    arrays = [n for n in nodes if n.op != "scalar"]
-    device = arrays[0].device if arrays else "cpu"
-    for n in arrays[1:]:
-        if n.device != device:
+    nodes = [x._node if type(x) is Array else as_node(x) for x in operands]
+    device = shape = None
+    bcast = weak_int = False
+    for n in nodes:
+        if n[0] == "scalar":
+            weak_int = weak_int or n[10] is int
+        elif device is None:
+            device, shape = n[8], n[2]
+        elif n[8] != device:
             raise DeviceError(
-                f"{name}: operands are on different devices ({device!r} and {n.device!r}); "
+                f"{name}: operands are on different devices ({device!r} and {n[8]!r}); "
                 "move them with ft.asarray(x, device=...) first"
             )
-    if name in _COMPARISONS:  # comparisons compare the true value of an out-of-range Python int
+        elif n[2] != shape:
+            bcast = True
+    if device is None:
+        device, shape = "cpu", ()
+    if weak_int and name in _COMPARISONS:  # comparisons compare an out-of-range int's true value
+        arrays = [m for m in nodes if m[0] != "scalar"]
         for k, n in enumerate(nodes):
             if n.weak is int and any(not dtypes.fits(n.data, m.dtype) for m in arrays):
                 nodes[k] = ir.make_scalar(np.int64(n.data))
-    descs = tuple(n.desc for n in nodes)
+    descs = tuple([n[10] or n[1] for n in nodes])
     out_dt = result_dtype(name, descs, attrs)
-    for k, n in enumerate(nodes):  # NumPy 2 refuses a Python int that does not fit its loop dtype
-        if n.weak is int and arrays:
-            dtypes.check_weak_int(n.data, operand_dtype(name, descs, out_dt, k), name)
-    shape = arrays[0].shape if arrays else ()
-    for n in arrays[1:]:
-        if n.shape != shape:
-            shape = _broadcast_shapes(name, [m.shape for m in arrays])
-            break
-    if name == "add" and _foldable(nodes, out_dt, shape):
+    if weak_int and shape is not None:  # NumPy 2 refuses a Python int that does not fit its loop dtype
+        for k, n in enumerate(nodes):
+            if n[10] is int:
+                dtypes.check_weak_int(n[9], operand_dtype(name, descs, out_dt, k), name)
+    if bcast:
+        shape = _broadcast_shapes(name, [m.shape for m in nodes if m[0] != "scalar"])
+    if name == "add" and nodes[0][0] == "matmul" and _foldable(nodes, out_dt, shape):
         # x@W + h@U: the second GEMM accumulates into the first (beta = 1), one leaf for the kernel
         a, b = nodes
         return Array(ir.make_matmul(a, b, shape, out_dt, acc=True))
-    args = tuple(n if n.op == "scalar" or n.shape == shape else _broadcast(n, shape) for n in nodes)
-    node = ir.make_op(name, args, out_dt, shape, device, attrs)
-    out = Array(node)
+    if bcast:
+        args = tuple([n if n[0] == "scalar" or n[2] == shape else _broadcast(n, shape) for n in nodes])
+    else:
+        args = tuple(nodes)
+    out = Array(ir.make_op(name, args, out_dt, shape, device, attrs))  # type: ignore[arg-type]
     if not config.current.fuse:
         runtime.realize([out])  # the unfused baseline: one kernel per op, launched eagerly
     return out

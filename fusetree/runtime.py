@@ -185,13 +185,17 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
         targets: Sequence[Any]) -> list[Any]:  # fmt: skip
     """Compute the nodes at ``paths`` under ``roots`` in one kernel; ``targets`` are output views
     (None: allocate a fresh C-contiguous buffer). Returns the output arrays."""
-    be = backends.get(device)
+    be = _BACKENDS.get(device) or backends.get(device)
     if len(roots) == 1:
         leaves, sharing = roots[0].leaves, None
     else:
         leaves, sharing = ir.merge_leaves(tuple(roots))
-    layouts = tuple("C" if t is None else _out_layout(t) for t in targets)
-    key = (be.cache_tag(), tuple(r.key for r in roots), sharing, tuple(paths), layouts)
+    if len(targets) == 1:
+        t0 = targets[0]
+        layouts: tuple[str, ...] = _C1 if t0 is None else (_out_layout(t0),)
+    else:
+        layouts = tuple(["C" if t is None else _out_layout(t) for t in targets])
+    key = (be.cache_tag(), tuple([r[5] for r in roots]), sharing, tuple(paths), layouts)
     plan = _CACHE.get(key)
     if plan is None:
         spec = fuser.spec_for(roots, paths, leaves, layouts, be.target, sharing)
@@ -207,15 +211,27 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
     flat = plan.spec.flat
     args: list[Any] = []
     for leaf in leaves:
-        if leaf.op == "scalar":
+        op = leaf[0]
+        if op == "buffer":
+            box = leaf[12]  # a buffer leaf's box caches its kernel arguments (its data is fixed)
+            b = box[0]
+            if b is None:
+                b = be.bind(leaf[9], leaf[11], flat)
+                if be.cache_bindings and leaf[1].char != "e":
+                    box[0] = b
+            args.extend(b)
+        elif op == "scalar":
             args.append(be.scalar_arg(leaf))
         else:
-            data = leaf.data if leaf.op == "buffer" else compute_matmul(leaf)
-            args.extend(be.bind(data, leaf.layout, flat))
+            args.extend(be.bind(compute_matmul(leaf), "C", flat))
     be.launch(plan, args, outs, layouts, shape)
     _stats["launches"] += 1
     _stats["kernels"] += 1
     return outs
+
+
+_C1 = ("C",)
+_BACKENDS = backends._backends
 
 
 def _out_layout(t: Any) -> str:

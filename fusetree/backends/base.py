@@ -13,6 +13,7 @@ class Backend:
     name = "base"
     device = "cpu"
     target = "cpu"  # codegen target
+    cache_bindings = True  # a buffer's kernel arguments depend only on the buffer (see runtime.run)
     gemm_accumulate = False  # can ``matmul(..., out=buf, accumulate=True)`` add into buf (beta=1)
     xp: Any = np
 

@@ -41,6 +41,8 @@ from ..errors import CompileError, DeviceError  # noqa: E402
 from . import cuda_helpers  # noqa: E402
 from .base import Backend  # noqa: E402
 
+_ndarray = cp.ndarray
+_current_stream = cp.cuda.get_current_stream
 _ENTRY = re.compile(r"\.entry\s+([^\s(]+)")
 
 
@@ -320,13 +322,13 @@ class CUDABackend(Backend):
         dst[...] = src
 
     def cache_tag(self) -> str:
-        return "cuda"
+        return f"cuda/u{config.current.cuda_unroll}"
 
     # -- compile ---------------------------------------------------------------------------
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
         cc = self.cc
         dkey = hashlib.sha256(
-            f"{spec.key_text}|{config.CODEGEN_VERSION}|{self.versions}|sm_{cc[0]}{cc[1]}".encode()
+            f"{spec.key_text}|{self.cache_tag()}|{config.CODEGEN_VERSION}|{self.versions}|sm_{cc[0]}{cc[1]}".encode()
         ).hexdigest()[:32]
         entry = read_disk_cache(self.cache_dir, dkey)
         disk_hit = entry is not None
@@ -365,6 +367,9 @@ class CUDABackend(Backend):
         v = int(v)
         return v - (1 << 64) if v >= (1 << 63) else v
 
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        return _ndarray(shape, dtype)
+
     def launch(self, plan: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
         k: CUDAKernel = plan.kernel
         flat = plan.spec.flat
@@ -383,7 +388,7 @@ class CUDABackend(Backend):
         args.append(n)
         k.packer.pack_into(k.buf, 0, *args)
         grid = min((n + k.block - 1) // k.block, k.max_blocks)
-        stream = cp.cuda.get_current_stream().ptr
+        stream = _current_stream().ptr
         res = self.driver.launch_fn(k.func, grid, 1, 1, k.block, 1, 1, 0, stream, k.args, None)
         if res != 0:
             if res == 201:  # no current context on this thread: make CuPy's current and retry

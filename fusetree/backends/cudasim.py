@@ -41,6 +41,11 @@ class SimBackend(Backend):
         self.ns = cuda_helpers.namespace(lambda f: f, None)  # the simulator runs plain Python
         self.ns["cuda"] = cuda
 
+    def cache_tag(self) -> str:
+        from .. import config
+
+        return f"cuda-sim/u{config.current.cuda_unroll}"
+
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
         ns = dict(self.ns)
         exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
