@@ -19,6 +19,8 @@ hr, cr = reference(*inp); print('rel_err', rel_err(h2.numpy(), hr), rel_err(c2.n
 print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].source)";;
     tests) LIMIT=420 TAILN=40 run tests python3 -m pytest -m gpu -q -p no:cacheprovider -x --maxfail=5 -W ignore::DeprecationWarning tests/test_gpu.py;;
     cputests) LIMIT=400 run cputests python3 -m pytest -q -p no:cacheprovider tests/test_lstm.py tests/test_cache.py tests/test_api.py;;
+    profile) TAILN=60 run profile python3 benchmarks/profile_step.py cuda 128x512;;
+    gemm) run gemm python3 benchmarks/gemm_host.py;;
     launch) run launch python3 benchmarks/launch_overhead.py;;
     bandwidth) TAILN=40 run bandwidth python3 benchmarks/bandwidth.py;;
     compile) run compile python3 benchmarks/compile_time.py;;

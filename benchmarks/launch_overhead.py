@@ -84,7 +84,7 @@ def main() -> None:
     rows.append(("CuPy ElementwiseKernel (out=)", per_call(lambda: ew(a, b, out), sync)))
 
     be = backends.get("cuda")
-    plan = runtime._CACHE[("cuda", (node.key,), None, ((0, ()),), ("C",))]
+    plan = runtime._CACHE[(be.cache_tag(), (node.key,), None, ((0, ()),), ("C",))]
     k = plan.kernel  # its parameter buffer still holds the last launch's (a, b, 1.5, out, N, N)
     stream = cp.cuda.get_current_stream().ptr
     g = min((N + k.block - 1) // k.block, k.max_blocks)

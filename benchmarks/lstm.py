@@ -84,13 +84,12 @@ def cpu_modes(inputs):
                 state = [ft.asarray(h), ft.asarray(c)]
 
             def step():
-                with ft.options(fuse=fuse):
-                    h2, c2 = lstm_step(fx, state[0], state[1], fWx, fWh, fb, xp=ft)
-                    ft.evaluate(h2, c2)
+                h2, c2 = lstm_step(fx, state[0], state[1], fWx, fWh, fb, xp=ft)
+                ft.evaluate(h2, c2)
                 state[0], state[1] = h2, c2
                 return h2, c2
 
-            return step
+            return step if fuse else _unfused(step)
 
         return make
 
@@ -105,6 +104,14 @@ def cpu_modes(inputs):
         return step
 
     return {"fusetree": fusetree_mode(True), "fusetree-unfused": fusetree_mode(False), "numpy": numpy_mode}
+
+
+def _unfused(step):
+    def run():
+        with ft.options(fuse=False):
+            return step()
+
+    return run
 
 
 def cell(gates, c, xp):
@@ -157,13 +164,12 @@ def gpu_modes(inputs):
                 state = [ft.asarray(h.copy()), ft.asarray(c.copy())]
 
             def step():
-                with ft.options(fuse=fuse):
-                    h2, c2 = lstm_step(fx, state[0], state[1], fWx, fWh, fb, xp=ft)
-                    ft.evaluate(h2, c2)
+                h2, c2 = lstm_step(fx, state[0], state[1], fWx, fWh, fb, xp=ft)
+                ft.evaluate(h2, c2)
                 state[0], state[1] = h2, c2
                 return h2, c2
 
-            return step
+            return step if fuse else _unfused(step)
 
         return make
 
@@ -380,6 +386,8 @@ def run(args) -> list[Record]:
         st = max(2, steps // 10) if (big and device == "cpu") else steps
         rp = min(repeats, 3) if (big and device == "cpu") else repeats
         torch = None
+        # On the CPU the cell is timed before the whole steps: OpenBLAS threads keep spinning for a
+        # while after a GEMM and steal the 2 cores from numba's threads, distorting the cell timing.
         if device == "cpu":
             modes = cpu_modes(inputs)
             sync = lambda: None
@@ -392,6 +400,20 @@ def run(args) -> list[Record]:
                 if torch is not None:
                     torch.cuda.synchronize()
 
+        if device == "cpu":  # the cell first: see the note above
+            x, h, c, Wx, Wh, b = inputs
+            gates = (x @ Wx + h @ Wh + b).astype(np.float32)
+            g64 = gates.astype(np.float64)
+            hr_c, cr_c = cell(g64, c.astype(np.float64), NumpyXP)
+            for name, make in cpu_cell_modes(gates, c).items():
+                fn = make()
+                h2, c2 = fn()
+                err = max(rel_err(_np(h2), hr_c), rel_err(_np(c2), cr_c))
+                ft.reset_stats()
+                us = timeit(fn, sync, st * 2, rp, 2)
+                total = 2 + st * 2 * rp
+                launches = ft.stats()["launches"] / total if name.startswith("fusetree") else None
+                records.append(Record(cfg, "cell", name, us, launches, err))
         for name, make in modes.items():
             if args.modes and name not in args.modes.split(","):
                 continue
@@ -421,21 +443,7 @@ def run(args) -> list[Record]:
                         f"failed: {type(e).__name__}: {e}"[:200],
                     )
                 )
-        if device == "cpu":
-            x, h, c, Wx, Wh, b = inputs
-            gates = (x @ Wx + h @ Wh + b).astype(np.float32)
-            g64 = gates.astype(np.float64)
-            hr_c, cr_c = cell(g64, c.astype(np.float64), NumpyXP)
-            for name, make in cpu_cell_modes(gates, c).items():
-                fn = make()
-                h2, c2 = fn()
-                err = max(rel_err(_np(h2), hr_c), rel_err(_np(c2), cr_c))
-                ft.reset_stats()
-                us = timeit(fn, sync, st * 2, rp, 2)
-                total = 2 + st * 2 * rp
-                launches = ft.stats()["launches"] / total if name.startswith("fusetree") else None
-                records.append(Record(cfg, "cell", name, us, launches, err))
-        elif torch is not None and H == 512 and B in (64, 128):
+        if torch is not None and H == 512 and B in (64, 128):
             r = cudnn_sequence(torch, inputs, 100, repeats)
             if r:
                 records.append(r)
@@ -480,9 +488,14 @@ def plot(records: list[Record], path: str) -> None:
     import matplotlib.pyplot as plt
 
     rows = [r for r in records if r.us_per_step == r.us_per_step]
-    configs = sorted({(r.config, r.section) for r in rows}, key=lambda t: (t[1], t[0]))
+
+    def size(cfg: str) -> int:
+        b, h = cfg.replace("B", "").replace("H", "").split()
+        return int(b) * int(h)
+
+    configs = sorted({(r.config, r.section) for r in rows}, key=lambda t: (size(t[0]), t[1]))
     modes = list(dict.fromkeys(r.mode for r in rows))
-    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(configs) * max(1, len(modes)) / 3), 5))
+    fig, ax = plt.subplots(figsize=(min(16, max(8, 1.2 * len(configs) + 4)), 5.5))
     w = 0.8 / max(1, len(modes))
     for k, m in enumerate(modes):
         xs, ys = [], []

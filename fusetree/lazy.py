@@ -144,8 +144,7 @@ class Array:
 
     # -- views -----------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Array:
-        key = _check_index(key, self.shape)
-        shape = _dummy(self.shape)[key].shape
+        shape = index_shape(key, self._node[2])
         return Array(_view(self._node, lambda d: d[key], shape, "index"))
 
     def transpose(self, *axes: Any) -> Array:
@@ -179,7 +178,7 @@ class Array:
 
     # -- in-place writes (neon style: out[...] = expr) ----------------------------------------
     def __setitem__(self, key: Any, value: Any) -> None:
-        key = _check_index(key, self.shape)
+        index_shape(key, self.shape)
         runtime.realize([self])
         target = self._node.data[key]
         runtime.assign(target, self.device, value)
@@ -242,7 +241,8 @@ def as_node(x: Any, device: str | None = None) -> Node:
 def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
     """Build the node for op ``name`` (see fusetree.ops.OPS) over ``operands``."""
     nodes = [x._node if type(x) is Array else as_node(x) for x in operands]
-    device = shape = None
+    device: str | None = None
+    shape: tuple[int, ...] = ()
     bcast = weak_int = False
     for n in nodes:
         if n[0] == "scalar":
@@ -257,7 +257,7 @@ def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
         elif n[2] != shape:
             bcast = True
     if device is None:
-        device, shape = "cpu", ()
+        device = "cpu"
     if weak_int and name in _COMPARISONS:  # comparisons compare an out-of-range int's true value
         arrays = [m for m in nodes if m[0] != "scalar"]
         for k, n in enumerate(nodes):
@@ -265,7 +265,7 @@ def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
                 nodes[k] = ir.make_scalar(np.int64(n.data))
     descs = tuple([n[10] or n[1] for n in nodes])
     out_dt = result_dtype(name, descs, attrs)
-    if weak_int and shape is not None:  # NumPy 2 refuses a Python int that does not fit its loop dtype
+    if weak_int and device is not None:  # NumPy 2 refuses a Python int that does not fit its loop dtype
         for k, n in enumerate(nodes):
             if n[10] is int:
                 dtypes.check_weak_int(n[9], operand_dtype(name, descs, out_dt, k), name)
@@ -338,6 +338,38 @@ def _view(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], wha
 def _dummy(shape: tuple[int, ...]) -> np.ndarray:
     """A zero-memory array of ``shape`` for computing index/transposition results."""
     return np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape, (0,) * len(shape))
+
+
+_INT_TYPES = (int, np.integer)
+
+
+def index_shape(key: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Shape of ``x[key]`` for basic indexing, computed without touching any array; raises the
+    errors NumPy raises (IndexError) or UnsupportedError for fancy indexing."""
+    items = key if type(key) is tuple else (key,)
+    fast = True
+    for k in items:
+        t = type(k)
+        if t is not slice and t is not int:
+            fast = False
+            break
+    if not fast:
+        _check_index(key, shape)
+        return _dummy(shape)[key].shape
+    if len(items) > len(shape):
+        raise IndexError(
+            f"too many indices for array: array is {len(shape)}-dimensional, but {len(items)} were indexed"
+        )
+    out: list[int] = []
+    for d, k in enumerate(items):
+        n = shape[d]
+        if type(k) is int:
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {d} with size {n}")
+        else:
+            out.append(len(range(*k.indices(n))))
+    out.extend(shape[len(items) :])
+    return tuple(out)
 
 
 def _check_index(key: Any, shape: tuple[int, ...]) -> Any:

@@ -273,12 +273,8 @@ class CUDABackend(Backend):
         try:
             cp.zeros(1)  # creates the runtime's primary context on this thread
             dev = cp.cuda.Device()
-            self.cc = tuple(int(c) for c in dev.compute_capability)
-            self.cc = (
-                (self.cc[0], self.cc[1])
-                if len(self.cc) == 2
-                else (int(dev.compute_capability[:-1]), int(dev.compute_capability[-1]))
-            )
+            ccs = str(dev.compute_capability)  # e.g. "90"
+            self.cc: tuple[int, int] = (int(ccs[:-1]), int(ccs[-1]))
             self.sms = dev.attributes["MultiProcessorCount"]
         except Exception as e:
             raise DeviceError(f"device 'cuda' is not available: {type(e).__name__}: {e}") from None
@@ -286,7 +282,7 @@ class CUDABackend(Backend):
         self.ctx = self.driver.context()
         self._lock = threading.Lock()
         self._cublas = None
-        self._gemm_consts = {
+        self._gemm_consts: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {
             np.dtype(np.float32): (np.ones(1, np.float32), np.zeros(1, np.float32)),
             np.dtype(np.float64): (np.ones(1, np.float64), np.zeros(1, np.float64)),
         }

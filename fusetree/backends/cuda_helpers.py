@@ -168,8 +168,8 @@ def _divmod(which: int, suffix: str, libdevice: Any | None) -> Callable:
     copysign = libdevice.copysign if libdevice is not None else math.copysign
 
     def f(a, b):  # type: ignore[no-untyped-def]
-        a = np.float64(a)
-        b = np.float64(b)
+        a = np.float64(a)  # type: ignore[assignment]
+        b = np.float64(b)  # type: ignore[assignment]
         if b == 0:
             return a / b if which == 0 else fmod(a, b)
         mod = fmod(a, b)
@@ -185,7 +185,7 @@ def _divmod(which: int, suffix: str, libdevice: Any | None) -> Callable:
             if div - fl > 0.5:
                 fl += 1.0
         else:
-            fl = copysign(0.0, a / b)
+            fl = copysign(0.0, a / b)  # type: ignore[assignment]
         return fl if which == 0 else mod
 
     return f
