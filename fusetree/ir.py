@@ -185,7 +185,10 @@ _SCALAR_KEYS: dict = {}
 
 def _leaf(op, dt, shape, args, key, device, data, weak, layout):  # type: ignore[no-untyped-def]
     # a leaf's ``leaves`` is (itself,): stored as None, see Node.leaves
-    return _tnew(Node, (op, dt, shape, args, (), key, None, next(_uids), device, data, weak, layout, [None]))
+    # box: [cached kernel arguments or GEMM result, cached views of this buffer]
+    return _tnew(
+        Node, (op, dt, shape, args, (), key, None, next(_uids), device, data, weak, layout, [None, None])
+    )
 
 
 def make_matmul(a: Node, b: Node, shape: tuple[int, ...], dtype: np.dtype, acc: bool = False) -> Node:

@@ -145,7 +145,7 @@ class Array:
     # -- views -----------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Array:
         shape = index_shape(key, self._node[2])
-        return Array(_view(self._node, lambda d: d[key], shape, "index"))
+        return Array(_view(self._node, lambda d: d[key], shape, "index", _view_key(key)))
 
     def transpose(self, *axes: Any) -> Array:
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], Sequence)):
@@ -306,10 +306,11 @@ def _broadcast_shapes(name: str, shapes: list[tuple[int, ...]]) -> tuple[int, ..
 
 def _broadcast(node: Node, shape: tuple[int, ...]) -> Node:
     xp = backends.xp_for(node.device)
-    return _view(node, lambda d: xp.broadcast_to(d, shape), shape, "broadcast")
+    return _view(node, lambda d: xp.broadcast_to(d, shape), shape, "broadcast", ("b", shape))
 
 
-def _view(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], what: str) -> Node:
+def _view(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], what: str,
+          vkey: tuple | None = None) -> Node:  # fmt: skip
     """Apply a view (index, transpose, reshape, broadcast) by rebuilding the tree over viewed leaves.
 
     Elementwise ops commute with views, and every non-scalar child has its parent's shape, so the
@@ -323,9 +324,19 @@ def _view(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], wha
             continue
         if n.op == "scalar":
             memo[id(n)] = n
-        elif n.op in ("buffer", "matmul"):
-            data = n.data if n.op == "buffer" else runtime.compute_matmul(n)
-            memo[id(n)] = ir.make_buffer(leaf_fn(data), n.device)
+        elif n.op == "buffer":
+            # the same view of the same buffer (a bias broadcast and sliced every step) is reused
+            views = n[12][1] if vkey is not None else None
+            v = views.get(vkey) if views is not None else None
+            if v is None:
+                v = ir.make_buffer(leaf_fn(n.data), n.device)
+                if vkey is not None:
+                    if views is None or len(views) > 64:
+                        views = n[12][1] = dict[tuple, Node]()
+                    views[vkey] = v
+            memo[id(n)] = v
+        elif n.op == "matmul":
+            memo[id(n)] = ir.make_buffer(leaf_fn(runtime.compute_matmul(n)), n.device)
         elif not ready:
             stack.append((n, True))
             stack.extend((a, False) for a in n.args if id(a) not in memo)
@@ -341,6 +352,20 @@ def _dummy(shape: tuple[int, ...]) -> np.ndarray:
 
 
 _INT_TYPES = (int, np.integer)
+
+
+def _view_key(key: Any) -> tuple | None:
+    """A hashable description of a basic index (slices are unhashable before Python 3.12)."""
+    items = key if type(key) is tuple else (key,)
+    out: list[Any] = ["i"]
+    for k in items:
+        if type(k) is slice:
+            out.append((k.start, k.stop, k.step))
+        elif type(k) is int or k is None:
+            out.append(k)
+        else:
+            return None
+    return tuple(out)
 
 
 def index_shape(key: Any, shape: tuple[int, ...]) -> tuple[int, ...]:

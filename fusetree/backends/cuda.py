@@ -281,7 +281,8 @@ class CUDABackend(Backend):
         self.driver = Driver()
         self.ctx = self.driver.context()
         self._lock = threading.Lock()
-        self._cublas = None
+        self._handle: int | None = None
+        self._cublas_stream: int | None = None
         self._gemm_consts: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {
             np.dtype(np.float32): (np.ones(1, np.float32), np.zeros(1, np.float32)),
             np.dtype(np.float64): (np.ones(1, np.float64), np.zeros(1, np.float64)),
@@ -423,9 +424,16 @@ class CUDABackend(Backend):
             return out
         from cupy_backends.cuda.libs import cublas
 
-        handle = cp.cuda.device.get_cublas_handle()
-        cublas.setStream(handle, cp.cuda.get_current_stream().ptr)
-        cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        if self._handle is None:
+            # fusetree's own handle: nobody else changes its stream or pointer mode, so both are
+            # set only when they change (cublasSetStream also resets the workspace)
+            self._handle = cublas.create()
+            cublas.setPointerMode(self._handle, cublas.CUBLAS_POINTER_MODE_HOST)
+        handle = self._handle
+        stream = _current_stream().ptr
+        if self._cublas_stream != stream:
+            cublas.setStream(handle, stream)
+            self._cublas_stream = stream
         one, zero = self._gemm_consts[dt]
         beta = one if accumulate else zero
         gemm = cublas.sgemm if dt == np.float32 else cublas.dgemm
