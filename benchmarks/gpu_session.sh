@@ -18,7 +18,7 @@ ft.reset_stats(); ft.evaluate(h2, c2); print(ft.stats())
 hr, cr = reference(*inp); print('rel_err', rel_err(h2.numpy(), hr), rel_err(c2.numpy(), cr))
 print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].source)";;
     tests) LIMIT=420 TAILN=40 run tests python3 -m pytest -m gpu -q -p no:cacheprovider -x --maxfail=5 -W ignore::DeprecationWarning tests/test_gpu.py;;
-    gputests_quick) LIMIT=200 TAILN=10 run gputests_quick python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py -k "lstm or interop or cache or float16 or random or (add and float32) or (sigmoid and float32)";;
+    gputests_quick) LIMIT=200 TAILN=10 run gputests_quick python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py tests/test_jit.py -k "lstm or interop or cache or float16 or random or jit or (add and float32) or (sigmoid and float32)";;
     cputests) LIMIT=400 run cputests python3 -m pytest -q -p no:cacheprovider tests/test_lstm.py tests/test_cache.py tests/test_api.py;;
     profile) TAILN=60 run profile python3 benchmarks/profile_step.py cuda 128x512;;
     gemm) run gemm python3 benchmarks/gemm_host.py;;
@@ -27,6 +27,6 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     compile) run compile python3 benchmarks/compile_time.py;;
     bwu) for u in 1 2 4; do FUSETREE_CUDA_UNROLL=$u TAILN=8 run bandwidth_u$u python3 benchmarks/bandwidth.py --no-sweep; done;;
     lstm) LIMIT=500 TAILN=45 run lstm python3 benchmarks/lstm.py --device cuda --json "$OUT/lstm_gpu.json" --plot "$OUT/lstm_gpu.png";;
-    lstmq) LIMIT=300 TAILN=45 run lstmq python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --modes fusetree,fusetree-unfused,cupy-unfused,cupy-handwritten,torch-lstmcell --json "$OUT/lstm_gpu.json";;
+    lstmq) LIMIT=300 TAILN=45 run lstmq python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --modes fusetree,fusetree-jit,fusetree-unfused,cupy-unfused,cupy-fuse,cupy-handwritten,torch-eager,torch-lstmcell --json "$OUT/lstm_gpu.json";;
   esac
 done

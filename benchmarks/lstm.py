@@ -103,7 +103,30 @@ def cpu_modes(inputs):
 
         return step
 
-    return {"fusetree": fusetree_mode(True), "fusetree-unfused": fusetree_mode(False), "numpy": numpy_mode}
+    return {
+        "fusetree": fusetree_mode(True),
+        "fusetree-jit": jit_mode(x, h, c, Wx, Wh, b),
+        "fusetree-unfused": fusetree_mode(False),
+        "numpy": numpy_mode,
+    }
+
+
+def jit_mode(x, h, c, Wx, Wh, b):
+    """The same natural step under ft.jit: traced once, then replayed."""
+
+    def make():
+        fx, fWx, fWh, fb = (ft.asarray(a) for a in (x, Wx, Wh, b))
+        state = [ft.asarray(h.copy()), ft.asarray(c.copy())]
+        step_fn = ft.jit(lambda x_, h_, c_, a, u, v: lstm_step(x_, h_, c_, a, u, v, xp=ft))
+
+        def step():
+            h2, c2 = step_fn(fx, state[0], state[1], fWx, fWh, fb)
+            state[0], state[1] = h2, c2
+            return h2, c2
+
+        return step
+
+    return make
 
 
 def _unfused(step):
@@ -174,6 +197,7 @@ def gpu_modes(inputs):
         return make
 
     modes["fusetree"] = fusetree_mode(True)
+    modes["fusetree-jit"] = jit_mode(x, h, c, Wx, Wh, b)
     modes["fusetree-unfused"] = fusetree_mode(False)
 
     class CupyXP:

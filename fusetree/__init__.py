@@ -21,6 +21,7 @@ from .errors import (
     ShapeError,
     UnsupportedError,
 )
+from .jit import jit
 from .lazy import FUNCTIONS as _FUNCTIONS
 from .lazy import (
     Array,
@@ -54,7 +55,7 @@ FUNCTIONS_BY_NAME = dict(_FUNCTIONS, where=where)
 __all__ = [
     "Array", "ndarray", "asarray", "astype", "clip", "empty", "empty_like", "full", "full_like",
     "matmul", "ones", "ones_like", "power", "where", "zeros", "zeros_like", "evaluate", "explain",
-    "to_dot", "to_networkx", "options", "get_options", "stats", "reset_stats", "clear_cache",
+    "to_dot", "to_networkx", "jit", "options", "get_options", "stats", "reset_stats", "clear_cache",
     "FusetreeError", "ShapeError", "DTypeError", "DeviceError", "UnsupportedError", "CompileError",
     "divide", "abs", "OP_NAMES", "FUNCTIONS_BY_NAME", *sorted(k for k in _FUNCTIONS if k != "power"),
 ]  # fmt: skip

@@ -92,6 +92,11 @@ class Array:
     # -- realization -----------------------------------------------------------------------
     def numpy(self) -> np.ndarray:
         """Realize and return the value as a NumPy array (copied from the device if needed)."""
+        if runtime.RECORDER is not None:
+            raise UnsupportedError(
+                "reading an array's values inside an ft.jit function: the trace would freeze them; "
+                "return the value instead, or call the function without ft.jit"
+            )
         runtime.realize([self])
         return backends.get(self.device).to_numpy(self._node.data)
 

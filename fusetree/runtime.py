@@ -24,6 +24,7 @@ from .ir import Node
 PENDING: dict[int, weakref.ref] = {}
 
 _stats: Counter[str] = Counter()
+RECORDER: Any = None  # a fusetree.jit trace being recorded (see jit.py), else None
 _lock = threading.RLock()
 
 
@@ -38,7 +39,20 @@ def stats() -> dict[str, int]:
     >>> ft.reset_stats(); sorted(ft.stats())[:3]
     ['cache_hits', 'compiles', 'copies']
     """
-    out = {k: 0 for k in ("compiles", "cache_hits", "launches", "kernels", "gemms", "copies", "disk_hits")}
+    out = {
+        k: 0
+        for k in (
+            "compiles",
+            "cache_hits",
+            "launches",
+            "kernels",
+            "gemms",
+            "copies",
+            "disk_hits",
+            "traces",
+            "replays",
+        )
+    }
     out.update(_stats)
     return out
 
@@ -177,6 +191,8 @@ def compute_matmul(n: Node) -> Any:
     k = len(ops) // 2
     _stats["launches"] += k
     _stats["gemms"] += k
+    if RECORDER is not None:
+        RECORDER.gemm(be, ops, out)
     n.set_memo(out)
     return out
 
@@ -224,6 +240,8 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
             args.append(be.scalar_arg(leaf))
         else:
             args.extend(be.bind(compute_matmul(leaf), "C", flat))
+    if RECORDER is not None:
+        RECORDER.kernel(be, plan, leaves, targets, outs, layouts, shape)
     be.launch(plan, args, outs, layouts, shape)
     _stats["launches"] += 1
     _stats["kernels"] += 1
@@ -317,9 +335,7 @@ def assign(target: Any, device: str, value: Any) -> None:
                 readers.append(w)
         realize(readers)  # write barrier
         if vnode.op == "scalar":
-            be.copy(target, vnode.data)
-            _stats["launches"] += 1
-            _stats["copies"] += 1
+            _copy(be, target, vnode.data)
             return
         if owner is not None and vnode.shape == tshape and vnode.dtype == target.dtype:
             pass  # the value itself is computed (and kept, if it reads the target) below
@@ -336,9 +352,7 @@ def assign(target: Any, device: str, value: Any) -> None:
         if vnode.op == "matmul":
             vnode = ir.make_buffer(compute_matmul(vnode), device)
         if vnode.op == "buffer":
-            be.copy(target, vnode.data)
-            _stats["launches"] += 1
-            _stats["copies"] += 1
+            _copy(be, target, vnode.data)
             return
         overlaps = [x for x in vnode.leaves if x.op == "buffer" and be.may_share_memory(x.data, target)]
         keep = owner is not None and bool(overlaps)  # a live value reading the target must survive it
@@ -347,9 +361,7 @@ def assign(target: Any, device: str, value: Any) -> None:
             # read-after-write hazard (x[1:] = x[:-1] + 1, a[:] = a.T): stage through a temporary
             paths = [(0, ())] + [(0, p) for _, _, p in extras]
             datas = run([vnode], paths, device, tshape, [None] * len(paths))
-            be.copy(target, datas[0])
-            _stats["launches"] += 1
-            _stats["copies"] += 1
+            _copy(be, target, datas[0])
             fresh = datas[0]
             rest = datas[1:]
         else:
@@ -362,6 +374,14 @@ def assign(target: Any, device: str, value: Any) -> None:
         for (ws, _, _), d in zip(extras, rest):
             for w in ws:
                 _set_buffer(w, d, device)
+
+
+def _copy(be: Any, target: Any, src: Any) -> None:
+    if RECORDER is not None:
+        RECORDER.copy(be, target, src)
+    be.copy(target, src)
+    _stats["launches"] += 1
+    _stats["copies"] += 1
 
 
 def _reads(be: Any, n: Node, target: Any) -> bool:

@@ -147,3 +147,23 @@ def test_float16_and_bool_on_gpu(rng):
     h = (x * 2 + 1).numpy()
     assert h.dtype == np.float16
     np.testing.assert_allclose(h, a * 2 + 1, rtol=1e-3)
+
+
+def test_jit_lstm_on_gpu(rng):
+    import cupy as cp
+
+    @ft.jit
+    def step(x, h, c, Wx, Wh, b):
+        return lstm_step(x, h, c, Wx, Wh, b, xp=ft)
+
+    inputs = make_inputs(rng, 64, 512)
+    x, h, c, Wx, Wh, b = (ft.asarray(cp.asarray(a)) for a in inputs)
+    ft.reset_stats()
+    fh, fc, eh, ec = h, c, h, c
+    for _ in range(20):
+        fh, fc = step(x, fh, fc, Wx, Wh, b)
+        eh, ec = lstm_step(x, eh, ec, Wx, Wh, b, xp=ft)
+    s = ft.stats()
+    assert s["traces"] == 1 and s["replays"] == 19, s
+    np.testing.assert_array_equal(fh.numpy(), eh.numpy())
+    np.testing.assert_array_equal(fc.numpy(), ec.numpy())

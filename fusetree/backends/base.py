@@ -7,6 +7,17 @@ from typing import Any
 import numpy as np
 
 
+class _Raw:
+    """Exposes raw host memory (kept alive through ``owner``) as an array interface."""
+
+    def __init__(self, owner: Any, ptr: int, shape: tuple, strides: tuple, dtype: Any) -> None:
+        self.owner = owner
+        self.__array_interface__ = {
+            "data": (ptr, False), "shape": tuple(shape), "strides": tuple(strides),
+            "typestr": np.dtype(dtype).str, "version": 3,
+        }  # fmt: skip
+
+
 class Backend:
     """Interface of a backend; see cpu.py and cuda.py."""
 
@@ -54,6 +65,32 @@ class Backend:
             and a.strides == b.strides
             and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
         )
+
+    # -- raw memory (trace/replay) ----------------------------------------------------------
+    def ptr(self, a: Any) -> int:
+        """Address of element [0, ..., 0] of array ``a``."""
+        return int(a.__array_interface__["data"][0])
+
+    def nbytes_span(self, a: Any) -> tuple[int, int]:
+        """[low, high) byte addresses ``a`` can touch."""
+        p = self.ptr(a)
+        lo = hi = p
+        for n, s in zip(a.shape, a.strides):
+            if n > 1:
+                if s < 0:
+                    lo += (n - 1) * s
+                else:
+                    hi += (n - 1) * s
+        return lo, hi + a.itemsize
+
+    def view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+        """An array of ``shape``/``strides`` whose element [0...] is ``offset`` bytes from root's."""
+        return np.asarray(_Raw(root, self.ptr(root) + offset, shape, strides, dtype))
+
+    def bind_view(
+        self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any, layout: str, flat: bool
+    ) -> tuple:
+        return self.bind(self.view(root, offset, shape, strides, dtype), layout, flat)
 
     # -- kernels ----------------------------------------------------------------------------
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:

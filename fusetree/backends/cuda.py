@@ -318,6 +318,21 @@ class CUDABackend(Backend):
     def copy(self, dst: Any, src: Any) -> None:
         dst[...] = src
 
+    def ptr(self, a: Any) -> int:
+        return int(a.data.ptr)
+
+    def view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+        return cp.ndarray(shape, dtype, memptr=root.data + offset, strides=strides)
+
+    def bind_view(
+        self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any, layout: str, flat: bool
+    ) -> tuple:
+        p = root.data.ptr + offset
+        if flat or layout == "C":
+            return (p,)
+        item = np.dtype(dtype).itemsize
+        return (p, *[s // item for s in strides])
+
     def cache_tag(self) -> str:
         return f"cuda/u{config.current.cuda_unroll}"
 

@@ -1,0 +1,259 @@
+"""``ft.jit``: trace a step function once per input signature, replay its launches afterwards.
+
+The first call with a given signature (each argument's device, shape, dtype, strides and which
+arguments alias) runs the function eagerly while recording every GEMM, fused kernel and copy with
+its arguments expressed as (root buffer, byte offset, shape, strides): roots are the call's array
+arguments, buffers the trace allocated, and constants (arrays the function captured). Later calls
+with the same signature rebind the new arguments' memory and re-launch the recorded kernels
+directly: no IR nodes, no keys, no fusion. Outputs are fresh arrays each call.
+
+Scalars and Python control flow are frozen at trace time (as in JAX): a function whose kernels
+depend on argument *values* (``if float(x) > 0``) cannot be traced and raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import backends, ir, runtime
+from .errors import UnsupportedError
+from .lazy import Array, asarray
+
+_lock = threading.RLock()
+
+
+@dataclass
+class _Desc:
+    root: int  # index into the replay's root list
+    offset: int  # bytes from the root's element [0, ..., 0]
+    shape: tuple
+    strides: tuple
+    dtype: np.dtype
+
+
+@dataclass
+class _Plan:
+    device: str
+    n_inputs: int
+    ops: list = field(default_factory=list)
+    constants: list = field(default_factory=list)
+    n_roots: int = 0
+    results: list = field(default_factory=list)  # (_Desc | None, python value) per returned item
+    single: bool = False
+
+
+class _Recorder:
+    def __init__(self, device: str, inputs: list[Any]) -> None:
+        self.be = backends.get(device)
+        self.device = device
+        self.plan = _Plan(device, len(inputs))
+        self.spans: list[tuple[int, int, int, Any]] = []  # (lo, hi, root index, array)
+        self.root_ptr: list[int] = []
+        for a in inputs:
+            self._add_root(a)
+
+    def _add_root(self, a: Any) -> int:
+        k = len(self.root_ptr)
+        self.root_ptr.append(self.be.ptr(a))
+        lo, hi = self.be.nbytes_span(a)
+        self.spans.append((lo, hi, k, a))
+        self.plan.n_roots = k + 1
+        return k
+
+    def desc(self, a: Any) -> _Desc:
+        p = self.be.ptr(a)
+        for lo, hi, k, _ in reversed(self.spans):
+            if lo <= p < hi or (lo == p == hi):
+                return _Desc(k, p - self.root_ptr[k], tuple(a.shape), tuple(a.strides), a.dtype)
+        k = self._add_root(a)  # memory fusetree did not allocate: a constant the plan keeps alive
+        self.plan.constants.append((k, a))
+        return _Desc(k, 0, tuple(a.shape), tuple(a.strides), a.dtype)
+
+    def kernel(
+        self, be: Any, plan: Any, leaves: Any, targets: Any, outs: Any, layouts: Any, shape: Any
+    ) -> None:
+        args: list[Any] = []
+        for leaf in leaves:
+            if leaf.op == "scalar":
+                args.append(("s", be.scalar_arg(leaf)))
+            else:
+                data = leaf.data if leaf.op == "buffer" else runtime.compute_matmul(leaf)
+                args.append(("b", self.desc(data), leaf.layout))
+        out_descs: list[Any] = []
+        for t, o in zip(targets, outs):
+            if t is None:
+                out_descs.append(("new", self._add_root(o), tuple(o.shape), o.dtype))
+            else:
+                out_descs.append(("view", self.desc(o)))
+        self.plan.ops.append(("kernel", plan, args, out_descs, tuple(layouts), tuple(shape)))
+
+    def gemm(self, be: Any, operands: list[Any], out: Any) -> None:
+        descs = [self.desc(x) for x in operands]
+        self.plan.ops.append(("gemm", descs, self._add_root(out), tuple(out.shape), out.dtype))
+
+    def copy(self, be: Any, target: Any, src: Any) -> None:
+        s = ("b", self.desc(src)) if hasattr(src, "shape") else ("s", src)
+        self.plan.ops.append(("copy", self.desc(target), s))
+
+
+def _signature(args: tuple) -> tuple:
+    sig: list[Any] = []
+    ptrs: dict[int, int] = {}
+    for a in args:
+        if isinstance(a, Array):
+            runtime.realize([a])
+            d = a._node.data
+            p = backends.get(a.device).ptr(d)
+            sig.append(("array", a.device, d.shape, d.dtype.str, d.strides, ptrs.setdefault(p, len(ptrs))))
+        elif backends.device_of(a) is not None:
+            x = asarray(a)
+            return _signature(tuple(x if b is a else b for b in args))
+        else:
+            try:
+                hash(a)
+            except TypeError:
+                raise UnsupportedError(
+                    f"ft.jit: argument of type {type(a).__name__} is neither an array nor hashable"
+                ) from None
+            sig.append(("value", type(a).__name__, a))
+    return tuple(sig)
+
+
+class JitFunction:
+    """A traced function; see :func:`jit`."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.plans: dict[tuple, _Plan] = {}
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any) -> Any:
+        args = tuple(asarray(a) if backends.device_of(a) is not None else a for a in args)
+        sig = _signature(args)
+        plan = self.plans.get(sig)
+        if plan is None:
+            return self._trace(sig, args)
+        return self._replay(plan, args)
+
+    def _trace(self, sig: tuple, args: tuple) -> Any:
+        arrays = [a for a in args if isinstance(a, Array)]
+        devices = {a.device for a in arrays}
+        if len(devices) > 1:
+            from .errors import DeviceError
+
+            raise DeviceError(f"ft.jit: arguments on several devices {sorted(devices)}")
+        device = devices.pop() if devices else "cpu"
+        with _lock:
+            if runtime.RECORDER is not None:
+                raise UnsupportedError("ft.jit: nested traced calls are not supported")
+            rec = _Recorder(device, [a._node.data for a in arrays])
+            runtime.RECORDER = rec
+            try:
+                # fresh wrappers, so realizing inside the trace never rewrites the caller's arrays
+                inner = tuple(
+                    Array(ir.make_buffer(a._node.data, a.device)) if isinstance(a, Array) else a for a in args
+                )
+                out = self.fn(*inner)
+                single = not isinstance(out, tuple | list)
+                items = [out] if single else list(out)
+                runtime.realize([x for x in items if isinstance(x, Array)])
+                rec.plan.single = single
+                for x in items:
+                    rec.plan.results.append(
+                        (rec.desc(x._node.data), None) if isinstance(x, Array) else (None, x)
+                    )
+            finally:
+                runtime.RECORDER = None
+        self.plans[sig] = rec.plan
+        runtime._stats["traces"] += 1
+        return out if single else type(out)(items) if isinstance(out, tuple) else items
+
+    def _replay(self, plan: _Plan, args: tuple) -> Any:
+        be = backends.get(plan.device)
+        roots: list[Any] = [None] * plan.n_roots
+        k = 0
+        for a in args:
+            if isinstance(a, Array):
+                roots[k] = a._node.data
+                k += 1
+        for i, c in plan.constants:
+            roots[i] = c
+        st = runtime._stats
+        for op in plan.ops:
+            kind = op[0]
+            if kind == "kernel":
+                _, kplan, adescs, odescs, layouts, shape = op
+                flat = kplan.spec.flat
+                kargs: list[Any] = []
+                for a in adescs:
+                    if a[0] == "s":
+                        kargs.append(a[1])
+                    else:
+                        d = a[1]
+                        kargs.extend(
+                            be.bind_view(roots[d.root], d.offset, d.shape, d.strides, d.dtype, a[2], flat)
+                        )
+                outs = []
+                for o in odescs:
+                    if o[0] == "new":
+                        arr = be.empty(o[2], o[3])
+                        roots[o[1]] = arr
+                    else:
+                        d = o[1]
+                        arr = be.view(roots[d.root], d.offset, d.shape, d.strides, d.dtype)
+                    outs.append(arr)
+                be.launch(kplan, kargs, outs, layouts, shape)
+                st["launches"] += 1
+                st["kernels"] += 1
+            elif kind == "gemm":
+                _, descs, oroot, oshape, odt = op
+                ops = [_as_array(be, roots, d) for d in descs]
+                out = be.matmul(ops[0], ops[1])
+                if len(ops) == 4:
+                    out = be.matmul(ops[2], ops[3], out=out, accumulate=True)
+                roots[oroot] = out
+                st["launches"] += len(ops) // 2
+                st["gemms"] += len(ops) // 2
+            else:
+                _, tdesc, src = op
+                target = be.view(roots[tdesc.root], tdesc.offset, tdesc.shape, tdesc.strides, tdesc.dtype)
+                be.copy(target, _as_array(be, roots, src[1]) if src[0] == "b" else src[1])
+                st["launches"] += 1
+                st["copies"] += 1
+        st["replays"] += 1
+        results = []
+        for d, v in plan.results:
+            if d is None:
+                results.append(v)
+            else:
+                results.append(Array(ir.make_buffer(_as_array(be, roots, d), plan.device)))
+        return results[0] if plan.single else tuple(results)
+
+
+def _as_array(be: Any, roots: list[Any], d: _Desc) -> Any:
+    r = roots[d.root]
+    if d.offset == 0 and tuple(r.shape) == d.shape and tuple(r.strides) == d.strides:
+        return r
+    return be.view(r, d.offset, d.shape, d.strides, d.dtype)
+
+
+def jit(fn: Any = None) -> Any:
+    """Trace ``fn`` on its first call per input signature; replay the recorded launches after.
+
+    >>> import numpy as np, fusetree as ft
+    >>> @ft.jit
+    ... def f(x, y):
+    ...     return ft.tanh(x * y) + 1
+    >>> a = ft.asarray(np.ones(4, np.float32))
+    >>> ft.reset_stats(); _ = f(a, a); r = f(a, a)
+    >>> ft.stats()["traces"], ft.stats()["replays"], r.numpy().round(3).tolist()
+    (1, 1, [1.762, 1.762, 1.762, 1.762])
+    """
+    if fn is None:
+        return jit
+    return JitFunction(fn)

@@ -1,0 +1,96 @@
+"""ft.jit on the CPU: one trace per signature, replays give the eager results exactly."""
+
+import numpy as np
+import pytest
+from lstm_ref import lstm_step, make_inputs
+
+import fusetree as ft
+
+
+@ft.jit
+def jstep(x, h, c, Wx, Wh, b):
+    return lstm_step(x, h, c, Wx, Wh, b, xp=ft)
+
+
+def test_lstm_100_steps_one_trace(rng):
+    x, h, c, Wx, Wh, b = (ft.asarray(a) for a in make_inputs(rng, 8, 16))
+    jstep.plans.clear()
+    ft.reset_stats()
+    fh, fc, eh, ec = h, c, h, c
+    for _ in range(100):
+        xt = ft.asarray(rng.standard_normal((8, 16)).astype(np.float32))
+        fh, fc = jstep(xt, fh, fc, Wx, Wh, b)
+        eh, ec = lstm_step(xt, eh, ec, Wx, Wh, b, xp=ft)
+    s = ft.stats()
+    assert s["traces"] == 1 and s["replays"] == 99, s
+    np.testing.assert_array_equal(fh.numpy(), eh.numpy())
+    np.testing.assert_array_equal(fc.numpy(), ec.numpy())
+
+
+def test_new_shape_dtype_or_aliasing_retraces(rng):
+    @ft.jit
+    def f(a, b):
+        return ft.exp(a) * b + 1
+
+    ft.reset_stats()
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    b = rng.standard_normal((3, 4)).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(f(a, b).numpy(), np.exp(a) * b + 1, rtol=1e-6)
+    assert (ft.stats()["traces"], ft.stats()["replays"]) == (1, 2)
+    f(a[:2], b[:2])  # new shape
+    f(a.astype(np.float64), b.astype(np.float64))  # new dtype
+    f(a[:, ::-1], b)  # new strides
+    r = f(a, a)  # aliasing inputs
+    np.testing.assert_allclose(r.numpy(), np.exp(a) * a + 1, rtol=1e-6)
+    assert ft.stats()["traces"] == 5
+
+
+def test_inputs_mutated_between_calls_are_seen(rng):
+    @ft.jit
+    def f(a):
+        return a * 2
+
+    buf = np.ones(5)
+    x = ft.asarray(buf)
+    assert f(x).numpy().tolist() == [2.0] * 5
+    buf[:] = 7
+    assert f(x).numpy().tolist() == [14.0] * 5
+
+
+def test_outputs_are_fresh_and_views_work(rng):
+    @ft.jit
+    def f(a, b):
+        g = a @ b
+        return ft.sigmoid(g[:, :2]), g[:, 2:] + 1, 3
+
+    a, b = rng.standard_normal((4, 3)), rng.standard_normal((3, 5))
+    r1 = f(a, b)
+    r2 = f(a, b)
+    assert r1[2] == 3 and r2[2] == 3
+    assert not np.shares_memory(r1[0].data, r2[0].data)
+    g = a @ b
+    np.testing.assert_allclose(r2[0].numpy(), 1 / (1 + np.exp(-g[:, :2])))
+    np.testing.assert_allclose(r2[1].numpy(), g[:, 2:] + 1)
+
+
+def test_in_place_writes_replay():
+    @ft.jit
+    def f(out, a):
+        out[...] = a * 3
+        return out
+
+    o, a = np.zeros(4), np.arange(4.0)
+    f(ft.asarray(o), ft.asarray(a))
+    a2 = np.arange(4.0) + 10
+    f(ft.asarray(o), ft.asarray(a2))
+    np.testing.assert_array_equal(o, a2 * 3)
+
+
+def test_value_reads_inside_a_trace_are_refused():
+    @ft.jit
+    def f(a):
+        return a * 2 if float(a[0]) > 0 else a
+
+    with pytest.raises(ft.UnsupportedError, match="inside an ft.jit"):
+        f(ft.asarray(np.ones(3)))
