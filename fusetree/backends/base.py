@@ -7,6 +7,17 @@ from typing import Any
 import numpy as np
 
 
+def store_product(r: Any, out: Any, accumulate: bool) -> Any:
+    """Put a computed product ``r`` into ``out`` (adding when ``accumulate``); ``r`` if no ``out``."""
+    if out is None:
+        return r
+    if accumulate:
+        out += r
+    else:
+        out[...] = r
+    return out
+
+
 class _Raw:
     """Exposes raw host memory (kept alive through ``owner``) as an array interface."""
 

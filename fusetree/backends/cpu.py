@@ -25,7 +25,8 @@ from numba import njit, prange, types
 from numba.extending import intrinsic
 
 from .. import config, dtypes
-from .base import Backend
+from . import cuda_helpers
+from .base import Backend, store_product
 
 _F = np.float32
 _jit = njit(error_model="numpy", cache=False)
@@ -126,70 +127,6 @@ def rint(x):  # type: ignore[no-untyped-def]
     return r
 
 
-@_jit
-def ifloordiv(a, b):  # type: ignore[no-untyped-def]
-    return a // b
-
-
-@_jit
-def imod(a, b):  # type: ignore[no-untyped-def]
-    return a % b
-
-
-@_jit
-def ipow(a, b):  # type: ignore[no-untyped-def]
-    # integer power by squaring; negative exponents give the truncated real result (NumPy raises)
-    if b < 0:
-        return 1 if a == 1 else ((1 if b % 2 == 0 else -1) if a == -1 else 0)
-    r = a - a + 1
-    while b:
-        if b & 1:
-            r = r * a
-        a = a * a
-        b = b >> 1
-    return r
-
-
-@_jit
-def maximum(a, b):  # type: ignore[no-untyped-def]
-    return a if (a >= b or a != a) else b
-
-
-@_jit
-def minimum(a, b):  # type: ignore[no-untyped-def]
-    return a if (a <= b or a != a) else b
-
-
-@_jit
-def fmax(a, b):  # type: ignore[no-untyped-def]
-    return a if (a >= b or b != b) else b
-
-
-@_jit
-def fmin(a, b):  # type: ignore[no-untyped-def]
-    return a if (a <= b or b != b) else b
-
-
-@_jit
-def sign(x):  # type: ignore[no-untyped-def]
-    return 1 if x > 0 else (-1 if x < 0 else x)
-
-
-@_jit
-def ireciprocal(x):  # type: ignore[no-untyped-def]
-    return 1 if x == 1 else (-1 if x == -1 else 0)
-
-
-@_jit
-def isinf(x):  # type: ignore[no-untyped-def]
-    return math.isinf(x)
-
-
-@_jit
-def isfinite(x):  # type: ignore[no-untyped-def]
-    return math.isfinite(x)
-
-
 def _unary(fn):  # type: ignore[no-untyped-def]
     if isinstance(fn, type(_unary)):  # a Python function: compile it as is
         return njit(error_model="numpy")(fn)
@@ -205,11 +142,8 @@ def _namespace() -> dict[str, Any]:
     for d in dtypes.SUPPORTED:
         ns[dtypes.CTOR[d]] = d.type
     generic = dict(floordiv=floordiv, fmod_py=fmod_py, rint=rint)
-    for name, f in dict(
-        ifloordiv=ifloordiv, imod=imod, ipow=ipow, maximum=maximum, minimum=minimum, fmax=fmax,
-        fmin=fmin, sign=sign, ireciprocal=ireciprocal, isinf=isinf, isfinite=isfinite,
-    ).items():  # fmt: skip
-        ns[name] = f
+    for g in cuda_helpers.GENERIC:  # the same integer/NaN helpers as the CUDA target
+        ns[g.__name__] = _jit(g)
     libm = {
         "exp": math.exp, "exp2": lambda x: 2.0**x, "expm1": math.expm1, "log": math.log,
         "log2": math.log2, "log10": math.log10, "log1p": math.log1p, "sin": math.sin,
@@ -217,15 +151,15 @@ def _namespace() -> dict[str, Any]:
         "asin": math.asin, "acos": math.acos, "atan": math.atan, "erf": math.erf,
         "sqrt": math.sqrt, "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc,
     }  # fmt: skip
-    for name, f in libm.items():
-        ns[f"{name}_f4"] = ns[f"{name}_f8"] = _unary(f)
+    for name, fn in libm.items():
+        ns[f"{name}_f4"] = ns[f"{name}_f8"] = _unary(fn)
     ns["exp2_f4"] = njit(error_model="numpy")(lambda x: _F(2.0) ** x)
     ns["rsqrt_f4"] = njit(error_model="numpy")(lambda x: _F(1.0) / math.sqrt(x))
     ns["rsqrt_f8"] = njit(error_model="numpy")(lambda x: 1.0 / math.sqrt(x))
     ns["pow_f4"] = ns["pow_f8"] = njit(error_model="numpy")(lambda a, b: a**b)
     ns["atan2_f4"] = ns["atan2_f8"] = njit(error_model="numpy")(lambda a, b: math.atan2(a, b))
-    for name, f in generic.items():
-        ns[f"{name}_f4"] = ns[f"{name}_f8"] = f
+    for name, h in generic.items():
+        ns[f"{name}_f4"] = ns[f"{name}_f8"] = h
     ns["exp_f4"], ns["tanh_f4"], ns["sigmoid_f4"], ns["sigmoid_f8"] = exp_f4, tanh_f4, sigmoid_f4, sigmoid_f8
     return ns
 
@@ -314,13 +248,7 @@ class CPUBackend(Backend):
             np.copyto(o, buf, casting="unsafe")
 
     def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
-        if out is None:
-            return np.matmul(a, b)
-        if accumulate:
-            out += np.matmul(a, b)
-        else:
-            np.matmul(a, b, out=out)
-        return out
+        return store_product(np.matmul(a, b), out, accumulate)
 
     def copy(self, dst: Any, src: Any) -> None:
         np.copyto(dst, src, casting="unsafe")

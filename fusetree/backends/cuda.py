@@ -39,7 +39,7 @@ from numba.cuda import libdevice  # noqa: E402
 from .. import config, dtypes  # noqa: E402
 from ..errors import CompileError, DeviceError  # noqa: E402
 from . import cuda_helpers  # noqa: E402
-from .base import Backend  # noqa: E402
+from .base import Backend, store_product  # noqa: E402
 
 _ndarray = cp.ndarray
 _current_stream = cp.cuda.get_current_stream
@@ -419,14 +419,7 @@ class CUDABackend(Backend):
             and (out is None or (out.flags.c_contiguous and out.dtype == dt))
         )  # fmt: skip
         if not direct:
-            r = cp.matmul(a, b)
-            if out is None:
-                return r
-            if accumulate:
-                out += r
-            else:
-                out[...] = r
-            return out
+            return store_product(cp.matmul(a, b), out, accumulate)
         m, k = a.shape
         n = b.shape[1]
         if out is None:

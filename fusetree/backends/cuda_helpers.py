@@ -1,7 +1,7 @@
-"""Device helpers the generated CUDA kernels call, in numba's kernel dialect.
+"""Helpers the generated kernels call, in numba's kernel dialect (no numba import here).
 
-The same Python functions are compiled with ``cuda.jit(device=True)`` for the GPU and run as-is
-under the CUDA simulator. Typed math (``exp_f4``, ``exp_f8``...) maps to libdevice on the GPU
+The generic helpers are compiled with ``njit`` for the CPU, ``cuda.jit(device=True)`` for the GPU,
+and run as-is under the CUDA simulator. Typed math (``exp_f4``, ``exp_f8``...) maps to libdevice on the GPU
 (``__nv_expf``...: correctly rounded or within libdevice's documented ulp bounds) and to ``math`` in
 the simulator.
 """

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from . import cuda_helpers
-from .base import Backend
+from .base import Backend, store_product
 from .cpu import _flat_view
 
 if "numba.cuda" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
@@ -75,14 +75,7 @@ class SimBackend(Backend):
         plan.kernel[grid, block](*args)
 
     def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
-        r = np.matmul(a, b)
-        if out is None:
-            return r
-        if accumulate:
-            out += r
-        else:
-            out[...] = r
-        return out
+        return store_product(np.matmul(a, b), out, accumulate)
 
     def copy(self, dst: Any, src: Any) -> None:
         np.copyto(dst, src, casting="unsafe")
