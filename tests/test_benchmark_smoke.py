@@ -1,0 +1,27 @@
+"""The headline benchmark runs end to end on the CPU at CI size (numbers are not checked here)."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_lstm_benchmark_quick_cpu(tmp_path):
+    out = tmp_path / "lstm.json"
+    r = subprocess.run(
+        [sys.executable, "benchmarks/lstm.py", "--device", "cpu", "--quick", "--steps", "2", "--repeats", "1",
+         "--json", str(out), "--plot", str(tmp_path / "lstm.png")],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "| config | section | mode |" in r.stdout
+    records = json.loads(out.read_text())
+    modes = {(x["section"], x["mode"]) for x in records}
+    assert {("step", "fusetree"), ("step", "fusetree-jit"), ("step", "numpy"), ("cell", "fusetree")} <= modes
+    for x in records:
+        assert x["rel_err"] <= 1e-5, x
+        if x["mode"] == "fusetree" and x["section"] == "step":
+            assert x["launches_per_step"] == 3
+    assert (tmp_path / "lstm.png").stat().st_size > 1000
