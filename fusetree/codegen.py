@@ -121,6 +121,7 @@ def _body(spec: KernelSpec, w: Writer, load, store, storage, scalar_storage,
     desc: dict[Ref, dtypes.Desc] = {}
     name: dict[Ref, str] = {}
     used = {r for o in spec.ops for r in o.args} | {o.ref for o in spec.outs}
+    fixed = preloaded_refs(spec, preloaded)  # names without a copy suffix
     loads = []
     for i, lf in enumerate(spec.leaves):
         r: Ref = ("x", i)
@@ -141,7 +142,7 @@ def _body(spec: KernelSpec, w: Writer, load, store, storage, scalar_storage,
         d = OPS[o.op]
         descs = tuple(desc[a] for a in o.args)
         operands = [
-            cast(name[a] + "{sfx}" * (a[0] == "t" or a not in preloaded_refs(spec, preloaded)), reg[a],
+            cast(name[a] + "{sfx}" * (a not in fixed), reg[a],
                  operand_dtype(o.op, descs, o.dtype, k))
             for k, a in enumerate(o.args)
         ]  # fmt: skip
@@ -159,9 +160,7 @@ def _body(spec: KernelSpec, w: Writer, load, store, storage, scalar_storage,
             w(line.replace("{sfx}", sfx))
     for sfx in copies:
         for k, out in enumerate(spec.outs):
-            src = name[out.ref] + (
-                "" if out.ref[0] == "x" and out.ref in preloaded_refs(spec, preloaded) else sfx
-            )
+            src = name[out.ref] + ("" if out.ref in fixed else sfx)
             w(f"{store(k, sfx)} = {cast(src, reg[out.ref], storage(out.dtype))}")
 
 

@@ -247,6 +247,24 @@ class CPUBackend(Backend):
         for o, buf in staged:
             np.copyto(o, buf, casting="unsafe")
 
+    def bind_view(
+        self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any, layout: str, flat: bool
+    ) -> tuple:
+        """Arguments for a view of ``root`` without building the view (replays of ft.jit)."""
+        if np.dtype(dtype) == np.float16:
+            return self.bind(self.view(root, offset, shape, strides, dtype), layout, flat)
+        base, off0, _, copied = _flat_view(root)
+        if copied:
+            return self.bind(self.view(root, offset, shape, strides, dtype), layout, flat)
+        item = base.itemsize
+        off = off0 + offset // item
+        if flat or layout == "C":
+            n = 1
+            for s in shape:
+                n *= s
+            return (base[off : off + n],)
+        return (base, off, *[s // item for s in strides])
+
     def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         return store_product(np.matmul(a, b), out, accumulate)
 
