@@ -33,6 +33,7 @@ class Options:
     cpu_parallel: bool = True  # numba parallel=True loops on the CPU backend
     max_kernel_params: int = MAX_KERNEL_PARAMS
     cuda_unroll: int = 1  # elements per thread per grid-stride step in flat CUDA kernels
+    max_cached_kernels: int = 4096  # in-memory kernel cache bound (oldest evicted first)
 
 
 def _from_env() -> Options:
@@ -42,6 +43,7 @@ def _from_env() -> Options:
         cpu_parallel=_env_flag("FUSETREE_CPU_PARALLEL", True),
         max_kernel_params=int(os.environ.get("FUSETREE_MAX_KERNEL_PARAMS", MAX_KERNEL_PARAMS)),
         cuda_unroll=int(os.environ.get("FUSETREE_CUDA_UNROLL", 1)),
+        max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 4096)),
     )
 
 

@@ -77,11 +77,12 @@ class Plan:
         return self.spec.flat
 
 
-_CACHE: dict[tuple, Plan] = {}
+_CACHE: dict[tuple, Plan] = {}  # insertion-ordered: the oldest entries are evicted first
 
 
 def cache_info() -> dict[str, int]:
-    return {"entries": len(_CACHE)}
+    """Entries in the in-memory kernel cache and its bound (``options(max_cached_kernels=...)``)."""
+    return {"entries": len(_CACHE), "max_entries": config.current.max_cached_kernels}
 
 
 def clear_cache() -> None:
@@ -218,6 +219,8 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
         if spec.param_count(be.target) > config.current.max_kernel_params:
             return _split(roots, paths, device, shape, targets)
         plan = _compile(be, spec)
+        if len(_CACHE) >= config.current.max_cached_kernels:  # bounded: evict the oldest
+            del _CACHE[next(iter(_CACHE))]
         _CACHE[key] = plan
     else:
         _stats["cache_hits"] += 1
