@@ -219,7 +219,7 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
         if spec.param_count(be.target) > config.current.max_kernel_params:
             return _split(roots, paths, device, shape, targets)
         plan = _compile(be, spec)
-        if len(_CACHE) >= config.current.max_cached_kernels:  # bounded: evict the oldest
+        while _CACHE and len(_CACHE) >= config.current.max_cached_kernels:  # bounded: evict the oldest
             del _CACHE[next(iter(_CACHE))]
         _CACHE[key] = plan
     else:
