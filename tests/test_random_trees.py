@@ -72,6 +72,16 @@ def trees(out_shape):
 
 
 def build(t, mode, memo, device=None):
+    """Evaluate tree ``t`` with fusetree (mode "ft") or NumPy; a subtree object used twice is built
+    once (a shared subexpression)."""
+    if id(t) in memo:
+        return memo[id(t)]
+    out = _build(t, mode, memo, device)
+    memo[id(t)] = out
+    return out
+
+
+def _build(t, mode, memo, device):
     kind = t[0]
     if kind == "leaf":
         return ft.asarray(t[1], device=device) if mode == "ft" else t[1]

@@ -1,0 +1,120 @@
+"""Differential fuzzing: random expression DAGs evaluated by fusetree and by NumPy, compared.
+
+    python benchmarks/fuzz.py --n 2000 [--device cpu|cuda|cuda-sim] [--seed S]
+
+Trees share subexpressions, broadcast, read views with steps and negative steps, mix dtypes and
+Python scalars (NaN, inf, -0.0 included). A mismatch prints the seed that reproduces it and is saved
+to fuzz_failures.json. The comparison rules are tests/test_random_trees.check_tree's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+
+from test_random_trees import BINARY, DTYPES, LEAF_BINARY, LEAF_UNARY, SMOOTH_UNARY, SPECIAL, check_tree
+
+
+def random_leaf(rng, shape):
+    nd = int(rng.integers(0, len(shape) + 1))
+    sub = [1 if rng.random() < 0.25 else s for s in shape[len(shape) - nd :]]
+    dtype = str(rng.choice(DTYPES))
+    steps = [int(rng.choice([1, 2, -1, -2])) for _ in sub]
+    base_shape = [s * abs(k) for s, k in zip(sub, steps)]
+    if dtype == "bool":
+        base = rng.random(base_shape) < 0.5
+    elif dtype.startswith(("int", "uint")):
+        base = rng.integers(0 if dtype == "uint8" else -20, 20, base_shape).astype(dtype)
+    else:
+        base = (rng.standard_normal(base_shape) * 3).astype(dtype)
+        if base.size and rng.random() < 0.5:
+            base.reshape(-1)[rng.integers(0, base.size)] = rng.choice([np.nan, np.inf, -np.inf, -0.0])
+    view = base[tuple(slice(None, None, k) for k in steps)]
+    if view.ndim >= 2 and rng.random() < 0.3:
+        view = view.T if view.shape == view.shape[::-1] else view  # a transposed view where it fits
+    return ("leaf", view)
+
+
+def random_tree(rng, shape, depth=0, pool=None):
+    pool = [] if pool is None else pool
+    if pool and rng.random() < 0.2:
+        return pool[int(rng.integers(0, len(pool)))]  # a shared subexpression
+    r = rng.random()
+    if depth >= 4 or r < 0.2:
+        t = random_leaf(rng, shape)
+    elif r < 0.3:
+        t = (str(rng.choice(LEAF_UNARY)), random_leaf(rng, shape))
+    elif r < 0.4:
+        t = (
+            str(rng.choice(LEAF_BINARY)),
+            random_leaf(rng, shape),
+            ("scalar", SPECIAL[int(rng.integers(2, 7))]),
+        )
+    elif r < 0.6:
+        t = (str(rng.choice(SMOOTH_UNARY)), random_tree(rng, shape, depth + 1, pool))
+    elif r < 0.8:
+        t = (
+            str(rng.choice(BINARY)),
+            random_tree(rng, shape, depth + 1, pool),
+            random_tree(rng, shape, depth + 1, pool),
+        )
+    elif r < 0.9:
+        t = (
+            str(rng.choice(BINARY)),
+            random_tree(rng, shape, depth + 1, pool),
+            ("scalar", SPECIAL[int(rng.integers(0, len(SPECIAL)))]),
+        )
+    else:
+        t = (
+            "where",
+            random_leaf(rng, shape),
+            random_tree(rng, shape, depth + 1, pool),
+            random_tree(rng, shape, depth + 1, pool),
+        )
+    pool.append(t)
+    return t
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    failures = []
+    t0 = time.time()
+    for k in range(args.n):
+        seed = args.seed + k
+        rng = np.random.default_rng(seed)
+        shape = tuple(int(s) for s in rng.integers(1, 5, size=int(rng.integers(0, 4))))
+        tree = random_tree(rng, shape)
+        try:
+            check_tree(tree, None if args.device == "cpu" else args.device)
+        except Exception as e:
+            failures.append(
+                {
+                    "seed": seed,
+                    "error": f"{type(e).__name__}: {e}"[:500],
+                    "trace": traceback.format_exc()[-1500:],
+                }
+            )
+            print(f"MISMATCH seed={seed}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+    dt = time.time() - t0
+    print(f"fuzz: {args.n} trees on {args.device}, {len(failures)} mismatches, {dt:.0f} s")
+    if failures:
+        with open("fuzz_failures.json", "w") as f:
+            json.dump(failures, f, indent=1)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
