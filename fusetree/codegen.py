@@ -153,7 +153,10 @@ def _body(spec: KernelSpec, w: Writer, load, store, storage, scalar_storage,
         tmpl = d.template_for(kind)
         expr = tmpl.format(*operands, T=dtypes.CTOR[out_reg], t=dtypes.SHORT[out_reg])
         r = ("t", j)
-        lines.append(f"t{j}{{sfx}} = {convert(expr, out_reg)}")
+        value = convert(expr, out_reg)
+        if o.dtype == np.float16:  # computed in float32, rounded to float16 like NumPy's result
+            value = f"f16_round({value})"
+        lines.append(f"t{j}{{sfx}} = {value}")
         reg[r], desc[r], name[r] = out_reg, o.dtype, f"t{j}"
     for sfx in copies:
         for line in lines:

@@ -75,6 +75,21 @@ def tanh_f4(x):  # type: ignore[no-untyped-def]
 
 
 @_jit
+def f16_round(x):  # type: ignore[no-untyped-def]
+    """float32 -> the nearest float16 value (ties to even), as float32 (numba has no CPU float16)."""
+    ax = abs(x)
+    # normal float16 range: drop the low 13 of float32's 23 fraction bits, rounding to nearest even
+    # (adding 2**(e+13)*1.5 then subtracting it rounds at the float16 quantum of ax's binade)
+    t = ax * _F(8193.0)  # Veltkamp split: keep 11 significant bits
+    hi = t - (t - ax)
+    lo = (ax + _F(0.75)) - _F(0.75)  # float16 subnormals: multiples of 2**-24
+    r = hi if ax >= _F(6.103515625e-05) else lo
+    r = r if ax < _F(65520.0) else _F(np.inf)
+    r = math.copysign(r, x)
+    return x if x != x else r
+
+
+@_jit
 def sigmoid_f4(x):  # type: ignore[no-untyped-def]
     return _F(1.0) / (_F(1.0) + exp_f4(-x))
 
@@ -161,6 +176,7 @@ def _namespace() -> dict[str, Any]:
     for name, h in generic.items():
         ns[f"{name}_f4"] = ns[f"{name}_f8"] = h
     ns["exp_f4"], ns["tanh_f4"], ns["sigmoid_f4"], ns["sigmoid_f8"] = exp_f4, tanh_f4, sigmoid_f4, sigmoid_f8
+    ns["f16_round"] = f16_round
     return ns
 
 

@@ -122,7 +122,12 @@ def namespace(jit_device: Callable[[Any], Any], libdevice: Any | None) -> dict[s
     def rsqrt_f8(x):  # type: ignore[no-untyped-def]
         return 1.0 / sqrt_f8(x)
 
-    for f in (sigmoid_f4, sigmoid_f8, rsqrt_f4, rsqrt_f8):
+    f16 = np.float16
+
+    def f16_round(x):  # type: ignore[no-untyped-def]
+        return f32(f16(x))
+
+    for f in (sigmoid_f4, sigmoid_f8, rsqrt_f4, rsqrt_f8, f16_round):
         ns[f.__name__] = jit_device(f)
     return ns
 
