@@ -175,3 +175,13 @@ def test_float32_transcendentals_vs_float64(name, rng):
 def test_every_op_is_tested():
     tested = set(UNARY) | set(BINARY) | {"where", "astype"}
     assert tested == set(OPS)
+
+
+def test_signed_zero_and_nan_ties():
+    a = np.array([0.0, -0.0, np.nan, 1.0, -0.0])
+    b = np.array([-0.0, 0.0, 1.0, np.nan, -0.0])
+    for name in ("maximum", "minimum", "fmax", "fmin"):
+        got = ft.FUNCTIONS_BY_NAME[name](ft.asarray(a), ft.asarray(b)).numpy()
+        want = np_ref(name, a, b)
+        np.testing.assert_array_equal(got, want)
+        assert (np.signbit(got) == np.signbit(want)).all(), name

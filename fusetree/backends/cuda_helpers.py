@@ -46,11 +46,15 @@ def ipow(a, b):  # type: ignore[no-untyped-def]
 
 
 def maximum(a, b):  # type: ignore[no-untyped-def]
-    return a if (a >= b or a != a) else b
+    # NumPy: NaN propagates; on ties (0.0 vs -0.0) the second operand wins
+    return a if (a > b or a != a) else b
 
 
 def minimum(a, b):  # type: ignore[no-untyped-def]
-    return a if (a <= b or a != a) else b
+    return a if (a < b or a != a) else b
+
+
+# fmax/fmin: NaN is ignored; on ties the first operand wins (NumPy's behaviour)
 
 
 def fmax(a, b):  # type: ignore[no-untyped-def]
