@@ -155,7 +155,7 @@ def find_extras(
             if ws is not None:
                 found.append((ws, ri, p))
             for i, a in enumerate(n.args):
-                if not a.is_leaf and a.uid >= 0:
+                if not a.is_leaf:
                     stack.append((a, p + (i,)))
     found.sort(key=lambda t: (t[1], t[2]))
     return found
