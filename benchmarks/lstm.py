@@ -77,22 +77,6 @@ def timeit(
 def cpu_modes(inputs):
     x, h, c, Wx, Wh, b = inputs
 
-    def fusetree_mode(fuse: bool):
-        def make():
-            with ft.options(fuse=fuse):
-                fx, fWx, fWh, fb = (ft.asarray(a) for a in (x, Wx, Wh, b))
-                state = [ft.asarray(h), ft.asarray(c)]
-
-            def step():
-                h2, c2 = lstm_step(fx, state[0], state[1], fWx, fWh, fb, xp=ft)
-                ft.evaluate(h2, c2)
-                state[0], state[1] = h2, c2
-                return h2, c2
-
-            return step if fuse else _unfused(step)
-
-        return make
-
     def numpy_mode():
         state = [h, c]
 
@@ -104,11 +88,31 @@ def cpu_modes(inputs):
         return step
 
     return {
-        "fusetree": fusetree_mode(True),
+        "fusetree": fusetree_mode(inputs, True),
         "fusetree-jit": jit_mode(x, h, c, Wx, Wh, b),
-        "fusetree-unfused": fusetree_mode(False),
+        "fusetree-unfused": fusetree_mode(inputs, False),
         "numpy": numpy_mode,
     }
+
+
+def fusetree_mode(inputs, fuse: bool):
+    """Natural eager code: the step builds its tree, ``ft.evaluate`` launches it."""
+    x, h, c, Wx, Wh, b = inputs
+
+    def make():
+        with ft.options(fuse=fuse):
+            fx, fWx, fWh, fb = (ft.asarray(a) for a in (x, Wx, Wh, b))
+            state = [ft.asarray(h.copy()), ft.asarray(c.copy())]
+
+        def step():
+            h2, c2 = lstm_step(fx, state[0], state[1], fWx, fWh, fb, xp=ft)
+            ft.evaluate(h2, c2)
+            state[0], state[1] = h2, c2
+            return h2, c2
+
+        return step if fuse else _unfused(step)
+
+    return make
 
 
 def jit_mode(x, h, c, Wx, Wh, b):
@@ -180,25 +184,9 @@ def gpu_modes(inputs):
     B, H = h.shape
     modes: dict[str, Callable[[], Callable[[], object]]] = {}
 
-    def fusetree_mode(fuse: bool):
-        def make():
-            with ft.options(fuse=fuse):
-                fx, fWx, fWh, fb = (ft.asarray(a) for a in (x, Wx, Wh, b))
-                state = [ft.asarray(h.copy()), ft.asarray(c.copy())]
-
-            def step():
-                h2, c2 = lstm_step(fx, state[0], state[1], fWx, fWh, fb, xp=ft)
-                ft.evaluate(h2, c2)
-                state[0], state[1] = h2, c2
-                return h2, c2
-
-            return step if fuse else _unfused(step)
-
-        return make
-
-    modes["fusetree"] = fusetree_mode(True)
+    modes["fusetree"] = fusetree_mode((x, h, c, Wx, Wh, b), True)
     modes["fusetree-jit"] = jit_mode(x, h, c, Wx, Wh, b)
-    modes["fusetree-unfused"] = fusetree_mode(False)
+    modes["fusetree-unfused"] = fusetree_mode((x, h, c, Wx, Wh, b), False)
 
     class CupyXP:
         @staticmethod
