@@ -99,38 +99,9 @@ def sigmoid_f8(x):  # type: ignore[no-untyped-def]
     return 1.0 / (1.0 + math.exp(-x))
 
 
-@_jit
-def _divmod(a, b):  # type: ignore[no-untyped-def]
-    # NumPy's npy_divmod: floor division and Python-style remainder for floats (in float64)
-    a = np.float64(a)
-    b = np.float64(b)
-    mod = np.fmod(a, b)
-    if b == 0:
-        return a / b, mod
-    div = (a - mod) / b
-    if mod != 0:
-        if (b < 0) != (mod < 0):
-            mod += b
-            div -= 1.0
-    else:
-        mod = math.copysign(0.0, b)
-    if div != 0:
-        fl = np.floor(div)
-        if div - fl > 0.5:
-            fl += 1.0
-    else:
-        fl = math.copysign(0.0, a / b)
-    return fl, mod
-
-
-@_jit
-def floordiv(a, b):  # type: ignore[no-untyped-def]
-    return _divmod(a, b)[0]
-
-
-@_jit
-def fmod_py(a, b):  # type: ignore[no-untyped-def]
-    return _divmod(a, b)[1]
+# NumPy's npy_divmod (floor division, Python-style remainder), shared with the CUDA target
+floordiv = _jit(cuda_helpers.divmod_helper(0))
+fmod_py = _jit(cuda_helpers.divmod_helper(1))
 
 
 @_jit

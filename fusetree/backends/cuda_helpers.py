@@ -108,8 +108,8 @@ def namespace(jit_device: Callable[[Any], Any], libdevice: Any | None) -> dict[s
     for t, suffix in (("f4", "f"), ("f8", "")):
         ns[f"pow_{t}"] = typed(_binary_libm("pow", suffix, libdevice))
         ns[f"atan2_{t}"] = typed(_binary_libm("atan2", suffix, libdevice))
-        ns[f"floordiv_{t}"] = typed(_divmod(0, suffix, libdevice))
-        ns[f"fmod_py_{t}"] = typed(_divmod(1, suffix, libdevice))
+        ns[f"floordiv_{t}"] = typed(divmod_helper(0, libdevice))
+        ns[f"fmod_py_{t}"] = typed(divmod_helper(1, libdevice))
     f32 = np.float32
     exp_f4, exp_f8 = ns["exp_f4"], ns["exp_f8"]
     sqrt_f4, sqrt_f8 = ns["sqrt_f4"], ns["sqrt_f8"]
@@ -170,11 +170,13 @@ def _binary_libm(name: str, suffix: str, libdevice: Any | None) -> Callable:
     return g
 
 
-def _divmod(which: int, suffix: str, libdevice: Any | None) -> Callable:
+def divmod_helper(which: int, libdevice: Any | None = None) -> Callable:
     # NumPy's npy_divmod, in float64 (exact for float16/float32 operands)
-    fmod = libdevice.fmod if libdevice is not None else math.fmod
-    floor = libdevice.floor if libdevice is not None else math.floor
-    copysign = libdevice.copysign if libdevice is not None else math.copysign
+    # libdevice on the GPU; NumPy's scalar functions on the CPU (numba has no math.fmod) and in
+    # the simulator
+    fmod = libdevice.fmod if libdevice is not None else np.fmod
+    floor = libdevice.floor if libdevice is not None else np.floor
+    copysign = libdevice.copysign if libdevice is not None else np.copysign
 
     def f(a, b):  # type: ignore[no-untyped-def]
         a = np.float64(a)  # type: ignore[assignment]
