@@ -194,15 +194,4 @@ def operand_dtype(op: str, descs: tuple[dtypes.Desc, ...], out: np.dtype, index:
     return dtypes.register(d if isinstance(d, np.dtype) else dtypes.weak_default(d))
 
 
-def check_table() -> None:
-    """Sanity-check the table (used by the IR verifier in tests)."""
-    for name, d in OPS.items():
-        if name != d.name or d.arity not in (1, 2, 3):
-            raise AssertionError(f"bad op row {name}")
-
-
-def describe_dtypes(*descs: dtypes.Desc) -> str:
-    return ", ".join(dtypes.describe(x) for x in descs)
-
-
-__all__ = ["OPS", "OpDef", "result_dtype", "operand_dtype", "DTypeError"]
+__all__ = ["OPS", "OpDef", "operand_dtype", "result_dtype"]

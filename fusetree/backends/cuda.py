@@ -36,7 +36,7 @@ import cupy as cp  # noqa: E402
 from numba import cuda, types  # noqa: E402
 from numba.cuda import libdevice  # noqa: E402
 
-from .. import config, dtypes  # noqa: E402
+from .. import config  # noqa: E402
 from ..errors import CompileError, DeviceError  # noqa: E402
 from . import cuda_helpers  # noqa: E402
 from .base import Backend, store_product  # noqa: E402
@@ -359,9 +359,6 @@ class CUDABackend(Backend):
         kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx)
         return kernel, {"disk_hit": disk_hit, "ptx": ptx}
 
-    def ptx_for(self, spec: Any, source: str) -> str:
-        return compile_ptx(spec, source, self.cc)[0]
-
     def save_source(self, spec: Any, source: str) -> str:
         return save_source(spec, source)
 
@@ -513,4 +510,4 @@ def make_backend() -> CUDABackend:
     return CUDABackend()
 
 
-__all__ = ["CUDABackend", "compile_ptx", "dtypes"]
+__all__ = ["CUDABackend", "compile_ptx"]
