@@ -84,21 +84,15 @@ def random_tree(rng, shape, depth=0, pool=None):
     return t
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--n", type=int, default=1000)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
+def fuzz_range(device: str, start: int, n: int) -> list[dict]:
+    """Run trees ``start .. start+n-1`` (seeds) on ``device``; the mismatches."""
     failures = []
-    t0 = time.time()
-    for k in range(args.n):
-        seed = args.seed + k
+    for seed in range(start, start + n):
         rng = np.random.default_rng(seed)
         shape = tuple(int(s) for s in rng.integers(1, 5, size=int(rng.integers(0, 4))))
         tree = random_tree(rng, shape)
         try:
-            check_tree(tree, None if args.device == "cpu" else args.device)
+            check_tree(tree, None if device == "cpu" else device)
         except Exception as e:
             failures.append(
                 {
@@ -108,6 +102,30 @@ def main(argv=None) -> int:
                 }
             )
             print(f"MISMATCH seed={seed}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+    return failures
+
+
+def _work(job: tuple[str, int, int]) -> list[dict]:
+    return fuzz_range(*job)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (each compiles its own kernels)")
+    args = p.parse_args(argv)
+    t0 = time.time()
+    if args.jobs <= 1:
+        failures = fuzz_range(args.device, args.seed, args.n)
+    else:
+        import multiprocessing as mp
+
+        per = -(-args.n // args.jobs)
+        jobs = [(args.device, args.seed + k * per, min(per, args.n - k * per)) for k in range(args.jobs)]
+        with mp.get_context("spawn").Pool(args.jobs) as pool:
+            failures = [f for part in pool.map(_work, [j for j in jobs if j[2] > 0]) for f in part]
     dt = time.time() - t0
     print(f"fuzz: {args.n} trees on {args.device}, {len(failures)} mismatches, {dt:.0f} s")
     if failures:

@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-from lstm_ref import NumpyXP, lstm_step, make_inputs, reference, rel_err
+from lstm_ref import NumpyXP, lstm_layer, lstm_step, make_inputs, reference, rel_err
 
 import fusetree as ft
 
@@ -115,13 +115,14 @@ def fusetree_mode(inputs, fuse: bool):
     return make
 
 
-def jit_mode(x, h, c, Wx, Wh, b):
-    """The same natural step under ft.jit: traced once, then replayed."""
+def jit_mode(x, h, c, Wx, Wh, b, graph: bool = False):
+    """The same natural step under ft.jit: traced once, then replayed (``graph``: as a CUDA
+    graph; its outputs are static buffers, fed back as the next step's inputs)."""
 
     def make():
         fx, fWx, fWh, fb = (ft.asarray(a) for a in (x, Wx, Wh, b))
         state = [ft.asarray(h.copy()), ft.asarray(c.copy())]
-        step_fn = ft.jit(lambda x_, h_, c_, a, u, v: lstm_step(x_, h_, c_, a, u, v, xp=ft))
+        step_fn = ft.jit(graph=graph)(lambda x_, h_, c_, a, u, v: lstm_step(x_, h_, c_, a, u, v, xp=ft))
 
         def step():
             h2, c2 = step_fn(fx, state[0], state[1], fWx, fWh, fb)
@@ -186,6 +187,7 @@ def gpu_modes(inputs):
 
     modes["fusetree"] = fusetree_mode((x, h, c, Wx, Wh, b), True)
     modes["fusetree-jit"] = jit_mode(x, h, c, Wx, Wh, b)
+    modes["fusetree-graph"] = jit_mode(x, h, c, Wx, Wh, b, graph=True)
     modes["fusetree-unfused"] = fusetree_mode((x, h, c, Wx, Wh, b), False)
 
     class CupyXP:
@@ -361,6 +363,50 @@ def cudnn_sequence(torch, inputs, T: int, repeats: int) -> Record | None:
     )
 
 
+def sequence_records(torch, inputs, T: int, repeats: int) -> list[Record]:
+    """An LSTM layer over T steps: fusetree-jit and fusetree-graph (one plan / one CUDA graph for
+    the whole sequence, input projection as one GEMM up front) against cuDNN, same inputs."""
+    import cupy as cp
+
+    x, h, c, Wx, Wh, b = inputs
+    B, H = h.shape
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((T, B, H)).astype(np.float32)
+    cfg = f"B{B} H{H}"
+    # float64 reference of the whole layer
+    Y64 = np.empty((T, B, H))
+    Yr, cr = lstm_layer(X.astype(np.float64), h.astype(np.float64), c.astype(np.float64),
+                        Wx.astype(np.float64), Wh.astype(np.float64), b.astype(np.float64), Y64, NumpyXP)  # fmt: skip
+    out: list[Record] = []
+    dev = [ft.asarray(cp.asarray(a)) for a in (X, h, c, Wx, Wh, b)]
+    for name, graph in (("fusetree-jit", False), ("fusetree-graph", True)):
+        try:
+            Y = ft.asarray(cp.empty((T, B, H), np.float32))
+            layer = ft.jit(graph=graph)(
+                lambda X_, h_, c_, a, u, v, Y_: lstm_layer(X_, h_, c_, a, u, v, Y_, ft)
+            )
+            Yo, co = layer(*dev, Y)
+            Yo, co = layer(*dev, Y)  # graph: captured now
+            err = max(rel_err(_np(Yo), Yr), rel_err(_np(co), cr))
+
+            def sync():
+                cp.cuda.Device().synchronize()
+
+            ft.reset_stats()
+            us = timeit(lambda: layer(*dev, Y), sync, 5, repeats, 2) / T
+            calls = 2 + 5 * repeats
+            launches = ft.stats()["launches"] / calls / T
+            out.append(Record(cfg, "sequence", name, us, launches, err, f"T={T}, per step"))
+        except Exception as e:
+            out.append(Record(cfg, "sequence", name, float("nan"), None, float("nan"),
+                              f"failed: {type(e).__name__}: {e}"[:200]))  # fmt: skip
+    if torch is not None:
+        r = cudnn_sequence(torch, inputs, T, repeats)
+        if r:
+            out.append(r)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 
 
@@ -459,10 +505,8 @@ def run(args) -> list[Record]:
                         f"failed: {type(e).__name__}: {e}"[:200],
                     )
                 )
-        if torch is not None and H == 512 and B in (64, 128):
-            r = cudnn_sequence(torch, inputs, 100, repeats)
-            if r:
-                records.append(r)
+        if device == "cuda" and H == 512 and B in (64, 128) and not args.no_sequence:
+            records.extend(sequence_records(torch, inputs, 100, repeats))
         if bar:
             bar.update(1)
     if bar:
@@ -540,6 +584,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int)
     p.add_argument("--repeats", type=int)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-sequence", action="store_true", help="skip the T=100 sequence section (GPU)")
     p.add_argument("--json", help="write records to this file")
     p.add_argument("--plot", help="write a PNG bar chart to this file")
     args = p.parse_args(argv)

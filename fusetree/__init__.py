@@ -40,11 +40,13 @@ from .lazy import (
     zeros,
     zeros_like,
 )
+from .reductions import FUNCTIONS as _REDUCTIONS
 from .runtime import clear_cache, reset_stats, stats
 
 __version__ = "0.1.0"
 
 globals().update({k: v for k, v in _FUNCTIONS.items() if k not in globals()})
+globals().update(_REDUCTIONS)
 divide = _FUNCTIONS["true_divide"]
 abs = _FUNCTIONS["absolute"]  # noqa: A001
 ndarray = Array
@@ -58,6 +60,7 @@ __all__ = [
     "to_dot", "to_networkx", "jit", "options", "get_options", "stats", "reset_stats", "clear_cache",
     "FusetreeError", "ShapeError", "DTypeError", "DeviceError", "UnsupportedError", "CompileError",
     "divide", "abs", "OP_NAMES", "FUNCTIONS_BY_NAME", *sorted(k for k in _FUNCTIONS if k != "power"),
+    *sorted(_REDUCTIONS),
 ]  # fmt: skip
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import networkx as nx
 
-from . import backends, codegen, fuser, graph, runtime
+from . import backends, codegen, fuser, graph, ir, runtime
 from .lazy import Array, asarray
 
 
@@ -83,6 +83,10 @@ def explain(*arrays: Any, target: str | None = None) -> Explanation:
         be = backends.get(device)
         tgt = target or be.target
         roots, _ = runtime._unique_nodes(group)
+        if any(ir.has_reduce(r) for r in roots):
+            for r in roots:
+                ex.kernels.append(_explain_reduction(r, tgt))
+            continue
         extras = runtime.find_extras(roots, shape, device, {id(a) for a in group})
         paths = [(i, ()) for i in range(len(roots))] + [(ri, p) for _, ri, p in extras]
         if len(roots) == 1:
@@ -97,6 +101,19 @@ def explain(*arrays: Any, target: str | None = None) -> Explanation:
         ptx = ptx_fn(spec, src)[0] if ptx_fn is not None else None
         ex.kernels.append(KernelInfo(spec.name, spec.key_text, shape, src, ptx, len(paths), len(leaves)))
     return ex
+
+
+def _explain_reduction(root: Any, tgt: str) -> KernelInfo:
+    from . import reductions
+
+    spec = reductions.frame_spec(root, tgt)
+    if spec is None:
+        return KernelInfo("(planned at run time)", "", root.shape,
+                          "# parts of this reduction tree are computed by kernels of their own first\n")  # fmt: skip
+    storage, scalar_storage, ptx_fn = backends.codegen_target(tgt)
+    src, _ = codegen.render(spec, tgt, storage, scalar_storage)
+    ptx = ptx_fn(spec, src)[0] if ptx_fn is not None else None
+    return KernelInfo(spec.name, spec.key_text, root.shape, src, ptx, 1, len(spec.leaves))
 
 
 def to_networkx(*arrays: Any) -> nx.DiGraph:

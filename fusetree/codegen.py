@@ -21,6 +21,9 @@ from . import config, dtypes
 from .ops import OPS, operand_dtype
 
 Ref = tuple[str, int]  # ("x", leaf index) or ("t", op index)
+# a reduction kernel's parameters after its sizes: rows, row length, chunks per row, chunk length,
+# threads per row (CUDA; ignored elsewhere)
+FRAME_GEOMETRY = 5
 
 
 @dataclass(frozen=True)
@@ -58,14 +61,34 @@ class KernelSpec:
     leaves: tuple[LeafSpec, ...]
     ops: tuple[OpSpec, ...]
     outs: tuple[OutSpec, ...]
+    # a reduction kernel (see codegen_frame): (reduced axes, partial); leaves' and outputs' layouts
+    # are then their level, "full" or "row" ("acc" for a partial kernel's accumulator output)
+    frame: tuple | None = None
 
     @property
     def flat(self) -> bool:
         """All arrays C-contiguous: the kernel runs over one flat index."""
+        if self.frame is not None:
+            return False
         return all(lf.layout in ("C", "") for lf in self.leaves) and all(o.layout == "C" for o in self.outs)
+
+    def strided(self, layout: str) -> bool:
+        """Whether an array of ``layout`` is passed with its strides (else one flat pointer)."""
+        return self.frame is not None or not (self.flat or layout == "C")
+
+    def trailing(self, target: str) -> int:
+        """Number of int64 size parameters after the arrays."""
+        nd = 1 if self.flat else max(self.ndim, 1)
+        if self.frame is not None:
+            return nd + FRAME_GEOMETRY
+        return nd + (0 if target == "cpu" else 1)
 
     def param_count(self, target: str) -> int:
         """Number of kernel parameters (each 8 bytes on CUDA)."""
+        if self.frame is not None:
+            per = self.ndim + (2 if target in ("cpu", "cuda-sim") else 1)
+            n = sum(1 if lf.kind == "scalar" else per for lf in self.leaves)
+            return n + per * len(self.outs) + self.trailing(target)
         nd = 1 if self.flat else max(self.ndim, 1)
         per_array = 1 if self.flat else (nd + (1 if target in ("cpu", "cuda-sim") else 0))
         n = 0
@@ -139,23 +162,9 @@ def _body(spec: KernelSpec, w: Writer, load, store, storage, scalar_storage,
             w(f"x{i}{sfx} = {cast(load(i, sfx), storage(lf.dtype), rg)}")
     lines = []
     for j, o in enumerate(spec.ops):
-        d = OPS[o.op]
-        descs = tuple(desc[a] for a in o.args)
-        operands = [
-            cast(name[a] + "{sfx}" * (a not in fixed), reg[a],
-                 operand_dtype(o.op, descs, o.dtype, k))
-            for k, a in enumerate(o.args)
-        ]  # fmt: skip
-        out_reg = dtypes.register(o.dtype)
-        kind = (
-            operand_dtype(o.op, descs, o.dtype, 0).kind if d.operands in ("keep", "common") else out_reg.kind
-        )
-        tmpl = d.template_for(kind)
-        expr = tmpl.format(*operands, T=dtypes.CTOR[out_reg], t=dtypes.SHORT[out_reg])
+        args = [name[a] + "{sfx}" * (a not in fixed) for a in o.args]
+        value, out_reg = op_value(o, args, [reg[a] for a in o.args], [desc[a] for a in o.args])
         r = ("t", j)
-        value = convert(expr, out_reg)
-        if o.dtype == np.float16:  # computed in float32, rounded to float16 like NumPy's result
-            value = f"f16_round({value})"
         lines.append(f"t{j}{{sfx}} = {value}")
         reg[r], desc[r], name[r] = out_reg, o.dtype, f"t{j}"
     for sfx in copies:
@@ -165,6 +174,21 @@ def _body(spec: KernelSpec, w: Writer, load, store, storage, scalar_storage,
         for k, out in enumerate(spec.outs):
             src = name[out.ref] + ("" if out.ref in fixed else sfx)
             w(f"{store(k, sfx)} = {cast(src, reg[out.ref], storage(out.dtype))}")
+
+
+def op_value(o: OpSpec, args: list[str], regs: list[np.dtype], descs: list) -> tuple[str, np.dtype]:
+    """The expression computing elementwise op ``o`` from operand names ``args`` (held in register
+    dtypes ``regs``, described by ``descs`` for the dtype rules), and its register dtype."""
+    d = OPS[o.op]
+    dd = tuple(descs)
+    operands = [cast(a, rg, operand_dtype(o.op, dd, o.dtype, k)) for k, (a, rg) in enumerate(zip(args, regs))]
+    out_reg = dtypes.register(o.dtype)
+    kind = operand_dtype(o.op, dd, o.dtype, 0).kind if d.operands in ("keep", "common") else out_reg.kind
+    expr = d.template_for(kind).format(*operands, T=dtypes.CTOR[out_reg], t=dtypes.SHORT[out_reg])
+    value = convert(expr, out_reg)
+    if o.dtype == np.float16:  # computed in float32, rounded to float16 like NumPy's result
+        value = f"f16_round({value})"
+    return value, out_reg
 
 
 def preloaded_refs(spec: KernelSpec, preloaded: frozenset | set) -> set:
@@ -223,6 +247,10 @@ def render(
     ``storage(dtype)`` is the dtype a buffer of ``dtype`` is passed as (bool -> uint8 on CUDA,
     float16 -> float32 on the CPU); ``scalar_storage`` likewise for scalar parameters.
     """
+    if spec.frame is not None:
+        from .codegen_frame import render_frame
+
+        return render_frame(spec, target, storage, scalar_storage)
     offsets = target in ("cpu", "cuda-sim")
     params = _params(spec, target)
     w = Writer()

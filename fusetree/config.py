@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 MAX_KERNEL_PARAMS = 480
 
 # Bumped whenever generated code changes meaning; part of every kernel key and disk-cache entry.
-CODEGEN_VERSION = 2
+CODEGEN_VERSION = 3
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -34,6 +34,10 @@ class Options:
     max_kernel_params: int = MAX_KERNEL_PARAMS
     cuda_unroll: int = 1  # elements per thread per grid-stride step in flat CUDA kernels
     max_cached_kernels: int = 4096  # in-memory kernel cache bound (oldest evicted first)
+    # reductions: threads per row on CUDA (0: chosen from the row length), and rows longer than
+    # ``reduce_split`` elements are reduced in two stages of chunks that long (0: automatic)
+    reduce_threads: int = 0
+    reduce_split: int = 0
 
 
 def _from_env() -> Options:
@@ -44,6 +48,8 @@ def _from_env() -> Options:
         max_kernel_params=int(os.environ.get("FUSETREE_MAX_KERNEL_PARAMS", MAX_KERNEL_PARAMS)),
         cuda_unroll=int(os.environ.get("FUSETREE_CUDA_UNROLL", 1)),
         max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 4096)),
+        reduce_threads=int(os.environ.get("FUSETREE_REDUCE_THREADS", 0)),
+        reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),
     )
 
 

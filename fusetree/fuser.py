@@ -45,8 +45,14 @@ def key_text(k: int) -> str:
 
 
 def spec_for(roots: Sequence[Node], paths: Sequence[tuple[int, tuple[int, ...]]], leaves: Sequence[Node],
-             out_layouts: Sequence[str], target: str, sharing: object = None) -> KernelSpec:  # fmt: skip
-    """KernelSpec computing ``roots`` (all of one shape) and the nodes at ``paths`` below them."""
+             out_layouts: Sequence[str], target: str, sharing: object = None,
+             frame: tuple | None = None, leaf_layouts: Sequence[str] | None = None,
+             ndim: int | None = None) -> KernelSpec:  # fmt: skip
+    """KernelSpec computing ``roots`` (all of one shape) and the nodes at ``paths`` below them.
+
+    For a reduction kernel, ``frame`` is (reduced axes, partial), ``leaf_layouts`` each buffer
+    leaf's level ("full"/"row") and ``ndim`` the frame's rank (see :mod:`fusetree.codegen_frame`).
+    """
     leaf_index = {id(x): i for i, x in enumerate(leaves)}
     g = graph.build(roots, leaf_index)
     ids = g.graph["ids"]
@@ -66,16 +72,20 @@ def spec_for(roots: Sequence[Node], paths: Sequence[tuple[int, tuple[int, ...]]]
     for (ri, path), lay in zip(paths, out_layouts):
         n = node_at(roots[ri], path)
         outs.append(OutSpec(ref[ids[id(n)]], n.dtype, lay))
+    lays = list(leaf_layouts) if leaf_layouts is not None else [x.layout for x in leaves]
     leaf_specs = tuple(
-        LeafSpec("scalar", x.dtype, "", x.weak) if x.op == "scalar" else LeafSpec("buffer", x.dtype, x.layout)
-        for x in leaves
+        LeafSpec("scalar", x.dtype, "", x.weak) if x.op == "scalar" else LeafSpec("buffer", x.dtype, lay)
+        for x, lay in zip(leaves, lays)
     )
     text = (
         f"{target};v{_version()};roots=[{'; '.join(key_text(r.key) for r in roots)}];"
         f"outs={list(paths)};layouts={list(out_layouts)};share={sharing}"
     )
+    if frame is not None:
+        text += f";frame={frame};leaves={lays}"
     name = "ft_" + hashlib.sha1(text.encode()).hexdigest()[:12]
-    return KernelSpec(name, text, len(roots[0].shape), leaf_specs, tuple(ops), tuple(outs))
+    nd = len(roots[0].shape) if ndim is None else ndim
+    return KernelSpec(name, text, nd, leaf_specs, tuple(ops), tuple(outs), frame)
 
 
 def _version() -> int:

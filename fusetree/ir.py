@@ -242,6 +242,39 @@ def make_op(op: str, args: tuple[Node, ...], dtype: np.dtype, shape: tuple[int, 
     )
 
 
+_HAS_REDUCE: dict[int, bool] = {}
+
+
+def has_reduce(node: Node) -> bool:
+    """Whether a reduction is inside ``node``'s tree (memoized per structural key)."""
+    k = node[5]
+    v = _HAS_REDUCE.get(k)
+    if v is not None:
+        return v
+    stack = [k]
+    while stack:
+        q = stack[-1]
+        if q in _HAS_REDUCE:
+            stack.pop()
+            continue
+        t = KEY_DESCRIPTIONS[q]
+        if t[0] in LEAF_OPS:
+            _HAS_REDUCE[q] = False
+            stack.pop()
+            continue
+        if t[0] == "reduce":
+            _HAS_REDUCE[q] = True
+            stack.pop()
+            continue
+        todo = [c for c in t[3] if c not in _HAS_REDUCE]
+        if todo:
+            stack.extend(todo)
+            continue
+        _HAS_REDUCE[q] = any(_HAS_REDUCE[c] for c in t[3])
+        stack.pop()
+    return _HAS_REDUCE[k]
+
+
 def verify(node: Node) -> None:
     """IR verifier (used by tests): shapes, devices and leaf lists are consistent."""
     from .ops import OPS
@@ -257,6 +290,23 @@ def verify(node: Node) -> None:
             assert n.leaves == (n,)
             continue
         if n.op == "matmul":
+            continue
+        if n.op in ("reduce", "expand"):
+            (a,) = n.args
+            assert a.device == n.device and n.attrs is not None
+            if n.op == "reduce":
+                kind, axes, keep = n.attrs
+                assert all(0 <= d < len(a.shape) for d in axes), (axes, a.shape)
+                want = (
+                    tuple(1 if d in axes else s for d, s in enumerate(a.shape))
+                    if keep
+                    else tuple(s for d, s in enumerate(a.shape) if d not in axes)
+                )
+                assert n.shape == want, (n.shape, want)
+            else:
+                assert tuple(np.broadcast_shapes(a.shape, n.shape)) == n.shape and has_reduce(a)
+            assert n.leaves == a.leaves
+            stack.append(a)
             continue
         assert n.op in OPS, n.op
         assert len(n.args) == OPS[n.op].arity, (n.op, len(n.args))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,6 +46,7 @@ class _Plan:
     n_roots: int = 0
     results: list = field(default_factory=list)  # (_Desc | None, python value) per returned item
     single: bool = False
+    graph: Any = None  # a _Graph once captured (ft.jit(graph=True) on CUDA)
 
 
 class _Recorder:
@@ -92,6 +94,22 @@ class _Recorder:
                 out_descs.append(("view", self.desc(o)))
         self.plan.ops.append(("kernel", plan, args, out_descs, tuple(layouts), tuple(shape)))
 
+    def frame_kernel(self, be: Any, plan: Any, leaves: Any, datas: Any, maps: Any, targets: Any, outs: Any,
+                     omaps: Any, geometry: tuple) -> None:  # fmt: skip
+        args: list[Any] = []
+        for leaf, data, m in zip(leaves, datas, maps):
+            if leaf.op == "scalar":
+                args.append(("s", be.scalar_arg(leaf)))
+            else:
+                args.append(("b", self.desc(data), m))
+        out_descs: list[Any] = []
+        for t, o in zip(targets, outs):
+            if t is None:
+                out_descs.append(("new", self._add_root(o), tuple(o.shape), o.dtype))
+            else:
+                out_descs.append(("view", self.desc(o)))
+        self.plan.ops.append(("frame", plan, args, out_descs, tuple(omaps), tuple(geometry)))
+
     def gemm(self, be: Any, operands: list[Any], out: Any) -> None:
         descs = [self.desc(x) for x in operands]
         self.plan.ops.append(("gemm", descs, self._add_root(out), tuple(out.shape), out.dtype))
@@ -127,8 +145,9 @@ def _signature(args: tuple) -> tuple:
 class JitFunction:
     """A traced function; see :func:`jit`."""
 
-    def __init__(self, fn: Any) -> None:
+    def __init__(self, fn: Any, graph: bool = False) -> None:
         self.fn = fn
+        self.graph = graph
         self.plans: dict[tuple, _Plan] = {}
         functools.update_wrapper(self, fn)
 
@@ -138,6 +157,8 @@ class JitFunction:
         plan = self.plans.get(sig)
         if plan is None:
             return self._trace(sig, args)
+        if self.graph and plan.device == "cuda":
+            return self._graph_replay(plan, args)
         return self._replay(plan, args)
 
     def _trace(self, sig: tuple, args: tuple) -> Any:
@@ -173,9 +194,35 @@ class JitFunction:
         runtime._stats["traces"] += 1
         return out if single else type(out)(items) if isinstance(out, tuple) else items
 
-    def _replay(self, plan: _Plan, args: tuple) -> Any:
+    def _graph_replay(self, plan: _Plan, args: tuple) -> Any:
+        """Copy the inputs into the graph's static buffers (skipped when they are those buffers)
+        and launch the graph. Outputs are the graph's static buffers: the next call overwrites
+        them (as with torch.cuda.graphs); copy what must survive."""
+        g = plan.graph
+        if g is None:
+            g = plan.graph = _capture(self, plan, args)
         be = backends.get(plan.device)
-        roots: list[Any] = [None] * plan.n_roots
+        k = 0
+        for a in args:
+            if isinstance(a, Array):
+                d = a._node.data
+                s = g.inputs[k]
+                if be.ptr(d) != be.ptr(s):
+                    be.copy(s, d)
+                    runtime._stats["copies"] += 1
+                k += 1
+        g.exec.launch(be.xp.cuda.get_current_stream())
+        st = runtime._stats
+        st["replays"] += 1
+        st["graph_launches"] += 1
+        st["launches"] += 1
+        return g.results
+
+    def _replay(self, plan: _Plan, args: tuple, fixed: list[Any] | None = None, count: bool = True) -> Any:
+        """Re-launch the recorded ops on ``args``' memory. With ``fixed`` (a previous replay's
+        roots), buffers the plan allocates are reused instead: what a graph capture needs."""
+        be = backends.get(plan.device)
+        roots: list[Any] = [None] * plan.n_roots if fixed is None else list(fixed)
         k = 0
         for a in args:
             if isinstance(a, Array):
@@ -183,7 +230,7 @@ class JitFunction:
                 k += 1
         for i, c in plan.constants:
             roots[i] = c
-        st = runtime._stats
+        st = runtime._stats if count else Counter()
         for op in plan.ops:
             kind = op[0]
             if kind == "kernel":
@@ -198,22 +245,29 @@ class JitFunction:
                         kargs.extend(
                             be.bind_view(roots[d.root], d.offset, d.shape, d.strides, d.dtype, a[2], flat)
                         )
-                outs = []
-                for o in odescs:
-                    if o[0] == "new":
-                        arr = be.empty(o[2], o[3])
-                        roots[o[1]] = arr
-                    else:
-                        d = o[1]
-                        arr = be.view(roots[d.root], d.offset, d.shape, d.strides, d.dtype)
-                    outs.append(arr)
+                outs = _outputs(be, roots, odescs, fixed is not None)
                 be.launch(kplan, kargs, outs, layouts, shape)
+                st["launches"] += 1
+                st["kernels"] += 1
+            elif kind == "frame":
+                _, kplan, adescs, odescs, omaps, geometry = op
+                kargs = []
+                for a in adescs:
+                    if a[0] == "s":
+                        kargs.append(a[1])
+                    else:
+                        d = a[1]
+                        kargs.extend(
+                            be.bind_frame_view(roots[d.root], d.offset, d.shape, d.strides, d.dtype, a[2])
+                        )
+                outs = _outputs(be, roots, odescs, fixed is not None)
+                be.launch_frame(kplan, kargs, outs, list(omaps), geometry)
                 st["launches"] += 1
                 st["kernels"] += 1
             elif kind == "gemm":
                 _, descs, oroot, oshape, odt = op
                 ops = [_as_array(be, roots, d) for d in descs]
-                out = be.matmul(ops[0], ops[1])
+                out = be.matmul(ops[0], ops[1], out=roots[oroot] if fixed is not None else None)
                 if len(ops) == 4:
                     out = be.matmul(ops[2], ops[3], out=out, accumulate=True)
                 roots[oroot] = out
@@ -226,6 +280,7 @@ class JitFunction:
                 st["launches"] += 1
                 st["copies"] += 1
         st["replays"] += 1
+        self._last_roots = roots
         results = []
         for d, v in plan.results:
             if d is None:
@@ -235,6 +290,59 @@ class JitFunction:
         return results[0] if plan.single else tuple(results)
 
 
+def _outputs(be: Any, roots: list[Any], odescs: list, fixed: bool = False) -> list[Any]:
+    outs = []
+    for o in odescs:
+        if o[0] == "new":
+            arr = roots[o[1]] if fixed else be.empty(o[2], o[3])
+            roots[o[1]] = arr
+        else:
+            d = o[1]
+            arr = be.view(roots[d.root], d.offset, d.shape, d.strides, d.dtype)
+        outs.append(arr)
+    return outs
+
+
+@dataclass
+class _Graph:
+    """A plan captured as a CUDA graph: static inputs, the buffers it writes, the executable."""
+
+    inputs: list[Any]  # static input arrays (the graph reads these)
+    roots: list[Any]  # every buffer of the plan, kept alive with the graph
+    results: Any  # what a call returns (views of static buffers)
+    exec: Any  # cupy.cuda.Graph
+
+
+def _capture(self: JitFunction, plan: _Plan, args: tuple) -> _Graph:
+    be = backends.get(plan.device)
+    cp = be.xp
+    statics: list[Any] = []
+    new_args = []
+    for a in args:
+        if isinstance(a, Array):
+            d = a._node.data
+            lo, hi = be.nbytes_span(d)
+            buf = cp.empty(hi - lo, np.uint8)
+            v = be.view(buf, be.ptr(d) - lo, tuple(d.shape), tuple(d.strides), d.dtype)
+            v[...] = d
+            statics.append(v)
+            new_args.append(Array(ir.make_buffer(v, a.device)))
+        else:
+            new_args.append(a)
+    self._replay(plan, tuple(new_args), count=False)  # allocates every buffer the plan needs
+    roots = self._last_roots
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            results = self._replay(plan, tuple(new_args), fixed=roots, count=False)
+        finally:
+            graph = stream.end_capture()
+    if hasattr(graph, "upload"):
+        graph.upload(cp.cuda.get_current_stream())
+    return _Graph(statics, roots, results, graph)
+
+
 def _as_array(be: Any, roots: list[Any], d: _Desc) -> Any:
     r = roots[d.root]
     if d.offset == 0 and tuple(r.shape) == d.shape and tuple(r.strides) == d.strides:
@@ -242,8 +350,14 @@ def _as_array(be: Any, roots: list[Any], d: _Desc) -> Any:
     return be.view(r, d.offset, d.shape, d.strides, d.dtype)
 
 
-def jit(fn: Any = None) -> Any:
+def jit(fn: Any = None, *, graph: bool = False) -> Any:
     """Trace ``fn`` on its first call per input signature; replay the recorded launches after.
+
+    With ``graph=True`` (CUDA), the second call captures the plan as a CUDA graph (GEMMs
+    included, through fusetree's own cuBLAS handle) and every later call copies its inputs into
+    the graph's static buffers and launches the graph once. The arrays it returns are those static
+    buffers: the next call overwrites them. Graphs are freed with the jitted function. On the CPU
+    ``graph=True`` replays the plan as without it.
 
     >>> import numpy as np, fusetree as ft
     >>> @ft.jit
@@ -255,5 +369,5 @@ def jit(fn: Any = None) -> Any:
     (1, 1, [1.762, 1.762, 1.762, 1.762])
     """
     if fn is None:
-        return jit
-    return JitFunction(fn)
+        return functools.partial(jit, graph=graph)
+    return JitFunction(fn, graph)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 import weakref
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -195,8 +195,88 @@ class Array:
     def __rmatmul__(self, other: Any) -> Array:
         return matmul(other, self)
 
-    def sum(self, *a: Any, **k: Any) -> Any:  # reductions arrive with their own issue
-        raise UnsupportedError("reductions are not implemented yet; use np.asarray(x).sum()")
+    if TYPE_CHECKING:  # the operators are attached below, from the op table
+
+        def __add__(self, other: Any) -> Array: ...
+        def __radd__(self, other: Any) -> Array: ...
+        def __sub__(self, other: Any) -> Array: ...
+        def __rsub__(self, other: Any) -> Array: ...
+        def __mul__(self, other: Any) -> Array: ...
+        def __rmul__(self, other: Any) -> Array: ...
+        def __truediv__(self, other: Any) -> Array: ...
+        def __rtruediv__(self, other: Any) -> Array: ...
+        def __floordiv__(self, other: Any) -> Array: ...
+        def __rfloordiv__(self, other: Any) -> Array: ...
+        def __mod__(self, other: Any) -> Array: ...
+        def __rmod__(self, other: Any) -> Array: ...
+        def __pow__(self, other: Any) -> Array: ...
+        def __rpow__(self, other: Any) -> Array: ...
+        def __and__(self, other: Any) -> Array: ...
+        def __rand__(self, other: Any) -> Array: ...
+        def __or__(self, other: Any) -> Array: ...
+        def __ror__(self, other: Any) -> Array: ...
+        def __xor__(self, other: Any) -> Array: ...
+        def __rxor__(self, other: Any) -> Array: ...
+        def __eq__(self, other: Any) -> Array: ...  # type: ignore[override]
+        def __ne__(self, other: Any) -> Array: ...  # type: ignore[override]
+        def __lt__(self, other: Any) -> Array: ...  # type: ignore[override]
+        def __le__(self, other: Any) -> Array: ...  # type: ignore[override]
+        def __gt__(self, other: Any) -> Array: ...  # type: ignore[override]
+        def __ge__(self, other: Any) -> Array: ...  # type: ignore[override]
+        def __neg__(self) -> Array: ...
+        def __abs__(self) -> Array: ...
+        def __invert__(self) -> Array: ...
+
+    # -- reductions (see fusetree.reductions) ------------------------------------------------
+    def sum(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+        """Sum over ``axis`` (like ``ndarray.sum``)."""
+        return _red().sum(self, axis, dtype, keepdims)
+
+    def prod(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+        """Product over ``axis``."""
+        return _red().prod(self, axis, dtype, keepdims)
+
+    def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+        """Mean over ``axis``."""
+        return _red().mean(self, axis, dtype, keepdims)
+
+    def var(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Array:
+        """Variance over ``axis``."""
+        return _red().var(self, axis, dtype, ddof, keepdims)
+
+    def std(self, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Array:
+        """Standard deviation over ``axis``."""
+        return _red().std(self, axis, dtype, ddof, keepdims)
+
+    def max(self, axis: Any = None, keepdims: bool = False) -> Array:
+        """Maximum over ``axis``."""
+        return _red().max(self, axis, keepdims)
+
+    def min(self, axis: Any = None, keepdims: bool = False) -> Array:
+        """Minimum over ``axis``."""
+        return _red().min(self, axis, keepdims)
+
+    def argmax(self, axis: Any = None, keepdims: bool = False) -> Array:
+        """Index of the first maximum along ``axis``."""
+        return _red().argmax(self, axis, keepdims)
+
+    def argmin(self, axis: Any = None, keepdims: bool = False) -> Array:
+        """Index of the first minimum along ``axis``."""
+        return _red().argmin(self, axis, keepdims)
+
+    def any(self, axis: Any = None, keepdims: bool = False) -> Array:
+        """Whether any element along ``axis`` is non-zero."""
+        return _red().any(self, axis, keepdims)
+
+    def all(self, axis: Any = None, keepdims: bool = False) -> Array:
+        """Whether all elements along ``axis`` are non-zero."""
+        return _red().all(self, axis, keepdims)
+
+
+def _red() -> Any:
+    from . import reductions
+
+    return reductions
 
 
 def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
@@ -310,6 +390,8 @@ def _broadcast_shapes(name: str, shapes: list[tuple[int, ...]]) -> tuple[int, ..
 
 
 def _broadcast(node: Node, shape: tuple[int, ...]) -> Node:
+    if not node.is_leaf and ir.has_reduce(node):  # a view cannot pass a reduction: expand the value
+        return ir.make_op("expand", (node,), node.dtype, shape, node.device)
     xp = backends.xp_for(node.device)
     return _view(node, lambda d: xp.broadcast_to(d, shape), shape, "broadcast", ("b", shape))
 
@@ -342,6 +424,11 @@ def _view(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], wha
             memo[id(n)] = v
         elif n.op == "matmul":
             memo[id(n)] = ir.make_buffer(leaf_fn(runtime.compute_matmul(n)), n.device)
+        elif n.op == "reduce":  # a fusion boundary for views: the reduction is computed first
+            memo[id(n)] = ir.make_buffer(leaf_fn(runtime.realize_node(n)), n.device)
+        elif n.op == "expand":
+            row = backends.xp_for(n.device).broadcast_to(runtime.realize_node(n.args[0]), n.shape)
+            memo[id(n)] = ir.make_buffer(leaf_fn(row), n.device)
         elif not ready:
             stack.append((n, True))
             stack.extend((a, False) for a in n.args if id(a) not in memo)

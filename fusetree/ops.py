@@ -195,3 +195,75 @@ def operand_dtype(op: str, descs: tuple[dtypes.Desc, ...], out: np.dtype, index:
 
 
 __all__ = ["OPS", "OpDef", "operand_dtype", "result_dtype"]
+
+
+# ---------------------------------------------------------------------------------------------
+# reductions: the same idea, one row per reduction kind. ``ref`` is NumPy's function (dtype rule and
+# test oracle); ``combine`` merges two partial accumulators (``{0}``, ``{1}``); ``identity`` starts
+# an accumulator ("lowest"/"highest" are the dtype's extreme values, -inf/+inf for floats).
+# Composite reductions (mean, var, std, logsumexp) are built from these in fusetree.reductions.
+
+
+@dataclass(frozen=True)
+class ReduceDef:
+    name: str
+    ref: Callable[..., object]
+    combine: str
+    identity: str
+    # where the partial results of a two-stage reduction are combined by: (reduction, its dtype)
+    stage2: str = ""
+    index: bool = False  # argmax/argmin: the result is the position of the winner
+
+    @property
+    def two_stage(self) -> bool:
+        return bool(self.stage2)
+
+
+REDUCTIONS: dict[str, ReduceDef] = {
+    "sum": ReduceDef("sum", np.sum, "{0} + {1}", "0", stage2="sum"),
+    "prod": ReduceDef("prod", np.prod, "{0} * {1}", "1", stage2="prod"),
+    "max": ReduceDef("max", np.max, "maximum({0}, {1})", "lowest", stage2="max"),
+    "min": ReduceDef("min", np.min, "minimum({0}, {1})", "highest", stage2="min"),
+    "any": ReduceDef("any", np.any, "max({0}, {1})", "0", stage2="max"),
+    "all": ReduceDef("all", np.all, "min({0}, {1})", "1", stage2="min"),
+    "argmax": ReduceDef("argmax", np.argmax, "", "lowest", index=True),
+    "argmin": ReduceDef("argmin", np.argmin, "", "highest", index=True),
+}
+
+
+@lru_cache(maxsize=1024)
+def reduce_dtypes(kind: str, dt: np.dtype, target: str = "") -> tuple[np.dtype, np.dtype]:
+    """(result dtype, accumulator dtype) of reduction ``kind`` over ``dt``.
+
+    The result dtype is NumPy's (the reference run on a sample: integer sums give the platform
+    integer). Accumulators: float16 accumulates in float32; float32 sums accumulate in float64 on
+    the CPU (a sequential loop; the GPU's tree reduction is accurate in float32); booleans and
+    any/all count in int32; max/min keep the value's register dtype.
+    """
+    d = REDUCTIONS[kind]
+    with np.errstate(all="ignore"):
+        out = np.asarray(d.ref(np.ones(2, dt))).dtype
+    small_int = dt.kind in "iu" and dt.itemsize < 4  # held in int32 (warp shuffles move 4 or 8 bytes)
+    if d.index:
+        return out, (
+            np.dtype(np.int64) if dt.kind == "b" else np.dtype(np.int32) if small_int else dtypes.register(dt)
+        )
+    if kind in ("any", "all") or (dt.kind == "b" and kind in ("max", "min")):
+        return out, np.dtype(np.int32)
+    if small_int and kind in ("max", "min"):
+        return out, np.dtype(np.int32)
+    acc = dtypes.register(out)
+    if kind in ("sum", "prod") and out.kind == "f" and target == "cpu":
+        acc = np.dtype(np.float64)
+    return out, acc
+
+
+def identity_value(kind: str, acc: np.dtype) -> str:
+    """Source text of the identity of ``kind`` in accumulator dtype ``acc``."""
+    ident = REDUCTIONS[kind].identity
+    if ident in ("lowest", "highest"):
+        if acc.kind == "f":
+            return f"{dtypes.CTOR[acc]}({'-' if ident == 'lowest' else ''}np.inf)"
+        info = np.iinfo(acc)
+        return f"{dtypes.CTOR[acc]}({info.min if ident == 'lowest' else info.max})"
+    return f"{dtypes.CTOR[acc]}({ident})"

@@ -32,8 +32,9 @@ def stats() -> dict[str, int]:
     """Counters since the last :func:`reset_stats`.
 
     ``compiles`` kernels generated and compiled; ``cache_hits`` kernels found in the cache;
-    ``launches`` every kernel fusetree launched, GEMMs included; ``kernels`` fused elementwise
-    launches; ``gemms`` GEMM calls; ``copies`` staging copies.
+    ``launches`` every kernel fusetree launched, GEMMs included (a CUDA graph counts once);
+    ``kernels`` fused elementwise and reduction launches; ``gemms`` GEMM calls; ``copies`` staging
+    copies; ``traces``/``replays`` ft.jit traces and replays; ``graph_launches`` CUDA graph replays.
 
     >>> import fusetree as ft
     >>> ft.reset_stats(); sorted(ft.stats())[:3]
@@ -51,6 +52,7 @@ def stats() -> dict[str, int]:
             "disk_hits",
             "traces",
             "replays",
+            "graph_launches",
         )
     }
     out.update(_stats)
@@ -203,6 +205,10 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
     """Compute the nodes at ``paths`` under ``roots`` in one kernel; ``targets`` are output views
     (None: allocate a fresh C-contiguous buffer). Returns the output arrays."""
     be = _BACKENDS.get(device) or backends.get(device)
+    if ir.has_reduce(roots[0]) or (len(roots) > 1 and any(ir.has_reduce(r) for r in roots)):
+        from . import reductions
+
+        return reductions.run(roots, paths, device, shape, targets)
     if len(roots) == 1:
         leaves, sharing = roots[0].leaves, None
     else:
@@ -219,9 +225,7 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
         if spec.param_count(be.target) > config.current.max_kernel_params:
             return _split(roots, paths, device, shape, targets)
         plan = _compile(be, spec)
-        while _CACHE and len(_CACHE) >= config.current.max_cached_kernels:  # bounded: evict the oldest
-            del _CACHE[next(iter(_CACHE))]
-        _CACHE[key] = plan
+        _store(key, plan)
     else:
         _stats["cache_hits"] += 1
     outs = [be.empty(shape, fuser_dtype(roots, p)) if t is None else t for p, t in zip(paths, targets)]
@@ -249,6 +253,12 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
     _stats["launches"] += 1
     _stats["kernels"] += 1
     return outs
+
+
+def _store(key: tuple, plan: Plan) -> None:
+    while _CACHE and len(_CACHE) >= config.current.max_cached_kernels:  # bounded: evict the oldest
+        del _CACHE[next(iter(_CACHE))]
+    _CACHE[key] = plan
 
 
 _C1 = ("C",)

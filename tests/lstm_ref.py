@@ -40,3 +40,27 @@ def reference(x, h, c, Wx, Wh, b):
 def rel_err(got, want):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     return float(np.linalg.norm(got - want) / np.linalg.norm(want))
+
+
+def lstm_cell(gates, c, xp):
+    """The elementwise part: gates (B, 4H) -> h2, c2."""
+    H = c.shape[1]
+    i = xp.sigmoid(gates[:, :H])
+    f = xp.sigmoid(gates[:, H : 2 * H])
+    o = xp.sigmoid(gates[:, 2 * H : 3 * H])
+    g = xp.tanh(gates[:, 3 * H :])
+    c2 = f * c + i * g
+    return o * xp.tanh(c2), c2
+
+
+def lstm_layer(X, h, c, Wx, Wh, b, Y, xp):
+    """An LSTM layer over a sequence X (T, B, I): the input projection of all T steps is one GEMM
+    up front, then one recurrent GEMM and one cell per step; h_t is written into Y[t]."""
+    T, B, n_in = X.shape
+    xw = X.reshape(T * B, n_in) @ Wx
+    for t in range(T):
+        gates = xw[t * B : (t + 1) * B] + h @ Wh + b
+        h2, c2 = lstm_cell(gates, c, xp)
+        Y[t] = h2
+        h, c = Y[t], c2
+    return Y, c

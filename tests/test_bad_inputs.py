@@ -57,7 +57,13 @@ CASES = [
     ("unknown option", lambda: ft.options(fusion=False).__enter__(), TypeError, "unknown fusetree option"),
     ("wrong arity", lambda: ft.exp(A(2), A(2)), TypeError, "exp"),
     ("len of 0-d", lambda: len(ft.asarray(np.array(1.0))), TypeError, "0-d"),
-    ("reductions not yet", lambda: A(2).sum(), ft.UnsupportedError, "reductions"),
+    ("reduce axis out of range", lambda: A(2, 3).sum(axis=2), ft.ShapeError, "axis 2 is out of bounds"),
+    ("reduce duplicate axis", lambda: A(2, 3).max(axis=(1, -1)), ft.ShapeError, "duplicate value"),
+    ("reduce float axis", lambda: A(2, 3).sum(axis=1.0), ft.UnsupportedError, "axis must be an int"),
+    ("argmax tuple axis", lambda: A(2, 3).argmax(axis=(0, 1)), ft.UnsupportedError, "argmax"),
+    ("max of empty", lambda: ft.zeros((3, 0)).max(axis=1), ft.ShapeError, "zero-size array"),
+    ("argmin of empty", lambda: ft.zeros((0,)).argmin(), ft.ShapeError, "argmin"),
+    ("reduce 0-d axis", lambda: ft.asarray(np.float32(1)).sum(axis=0), ft.ShapeError, "dimension 0"),
 ]
 
 

@@ -167,3 +167,91 @@ def test_jit_lstm_on_gpu(rng):
     assert s["traces"] == 1 and s["replays"] == 19, s
     np.testing.assert_array_equal(fh.numpy(), eh.numpy())
     np.testing.assert_array_equal(fc.numpy(), ec.numpy())
+
+
+# -- reductions ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "dtype", ["bool", "int8", "int32", "uint64", "int64", "float16", "float32", "float64"]
+)
+def test_reductions_every_kind_on_gpu(dtype, rng):
+    import reduce_cases as rc
+
+    assert rc.check_kinds("cuda", rng, [(7,), (3, 4, 5), (5, 300)], [dtype]) > 0
+
+
+@pytest.mark.parametrize("threads", [0, 1, 8, 64, 1024])
+def test_reduction_patterns_on_gpu(threads, rng):
+    import reduce_cases as rc
+
+    with ft.options(reduce_threads=threads):
+        assert rc.check_patterns("cuda", rng, shape=(6, 40)) == 48
+        assert rc.check_patterns("cuda", rng, shape=(4, 5, 700), dtypes=("float32",)) == 16
+        assert rc.check_special("cuda", rng) > 0
+
+
+def test_large_reductions_and_two_stage_on_gpu(rng):
+    import cupy as cp
+    import reduce_cases as rc
+
+    for shape in [(4096, 4096), (3, 1 << 20), (1 << 22,)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        a = ft.asarray(cp.asarray(x))
+        for kind in ("sum", "max", "argmax", "min", "any"):
+            want, scale = rc._ref(kind, x, -1, False)
+            rc.compare(getattr(ft, kind)(a, axis=-1).numpy(), want, scale, f"{kind}{shape}")
+        rc.compare(ft.sum(a).numpy(), np.float32(x.astype(np.float64).sum()), np.abs(x).sum(), "sum all")
+        ft.reset_stats()
+        y = ft.softmax(a, axis=-1).numpy()
+        np.testing.assert_allclose(y, rc._np_softmax(x.astype(np.float64), -1), rtol=2e-5, atol=1e-9)
+
+
+# -- CUDA graphs -------------------------------------------------------------------------------
+
+
+def test_graph_lstm_step_and_sequence(rng):
+    import gc
+    import weakref
+
+    import cupy as cp
+    from lstm_ref import NumpyXP, lstm_layer
+
+    inputs = make_inputs(rng, 64, 512)
+    x, h, c, Wx, Wh, b = (ft.asarray(cp.asarray(a)) for a in inputs)
+
+    def body(x_, h_, c_, a, u, v):
+        return lstm_step(x_, h_, c_, a, u, v, xp=ft)
+
+    step = ft.jit(graph=True)(body)
+    ft.reset_stats()
+    eh, ec = h, c
+    gh, gc_ = h, c
+    for _ in range(10):
+        gh, gc_ = step(x, gh, gc_, Wx, Wh, b)
+        eh, ec = lstm_step(x, eh, ec, Wx, Wh, b, xp=ft)
+    s = ft.stats()
+    assert s["traces"] == 1 and s["replays"] == 9 and s["graph_launches"] == 9, s
+    np.testing.assert_allclose(gh.numpy(), eh.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(gc_.numpy(), ec.numpy(), rtol=1e-5, atol=1e-6)
+    # inputs mutated between calls are seen
+    x2 = ft.asarray(cp.asarray(rng.standard_normal((64, 512)).astype(np.float32)))
+    g2, _ = step(x2, h, c, Wx, Wh, b)
+    e2, _ = lstm_step(x2, h, c, Wx, Wh, b, xp=ft)
+    np.testing.assert_allclose(g2.numpy(), e2.numpy(), rtol=1e-5, atol=1e-6)
+    # a whole sequence: one plan, one graph
+    T = 12
+    X = rng.standard_normal((T, 64, 512)).astype(np.float32)
+    layer = ft.jit(graph=True)(lambda X_, h_, c_, a, u, v, Y_: lstm_layer(X_, h_, c_, a, u, v, Y_, ft))
+    Y = ft.asarray(cp.empty((T, 64, 512), np.float32))
+    dX = ft.asarray(cp.asarray(X))
+    for _ in range(3):
+        Yo, co = layer(dX, h, c, Wx, Wh, b, Y)
+    Y64 = np.empty((T, 64, 512))
+    Yr, cr = lstm_layer(X.astype(np.float64), *[np.asarray(a, np.float64) for a in inputs[1:]], Y64, NumpyXP)
+    assert rel_err(Yo.numpy(), Yr) < 1e-5 and rel_err(co.numpy(), cr) < 1e-5
+    # the graph goes with the jitted function
+    g = weakref.ref(next(iter(layer.plans.values())).graph.exec)
+    del layer, Yo, co
+    gc.collect()
+    assert g() is None

@@ -29,6 +29,18 @@ class _Raw:
         }  # fmt: skip
 
 
+def mapped(strides: Any, smap: tuple) -> list[int]:
+    """Frame strides from an array's element strides (see Backend.bind_frame)."""
+    return [strides[i] if i >= 0 else 0 for i in smap]
+
+
+def pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
 class Backend:
     """Interface of a backend; see cpu.py and cuda.py."""
 
@@ -117,6 +129,33 @@ class Backend:
 
     def launch(self, plan: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
         """Append the outputs' and sizes' arguments to ``args`` and launch ``plan``."""
+        raise NotImplementedError
+
+    # -- reduction kernels (see fusetree.codegen_frame) -----------------------------------------
+    def frame_chunks(self, nrows: int, rowlen: int) -> int:
+        """Into how many chunks each of ``nrows`` rows of ``rowlen`` elements is split (two-stage
+        reduction); 1 keeps one row per thread group."""
+        from .. import config
+
+        split = config.current.reduce_split
+        if split > 0:
+            return -(-rowlen // split) if rowlen > split else 1
+        return self._auto_chunks(nrows, rowlen)
+
+    def _auto_chunks(self, nrows: int, rowlen: int) -> int:
+        return 1
+
+    def bind_frame(self, data: Any, smap: tuple) -> tuple:
+        """Arguments of one array of a reduction kernel: its memory and one stride per frame axis
+        (``smap[d]`` is the array axis read for frame axis ``d``, -1 for stride 0)."""
+        raise NotImplementedError
+
+    def bind_frame_view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any,
+                        smap: tuple) -> tuple:  # fmt: skip
+        return self.bind_frame(self.view(root, offset, shape, strides, dtype), smap)
+
+    def launch_frame(self, plan: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
+        """Append the outputs and the geometry (sizes, rows, row length, chunks, chunk length)."""
         raise NotImplementedError
 
     def copy(self, dst: Any, src: Any) -> None:

@@ -26,7 +26,7 @@ from numba.extending import intrinsic
 
 from .. import config, dtypes
 from . import cuda_helpers
-from .base import Backend, store_product
+from .base import Backend, mapped, store_product
 
 _F = np.float32
 _jit = njit(error_model="numpy", cache=False)
@@ -190,13 +190,13 @@ class CPUBackend(Backend):
                 sig.append(numba.from_dtype(lf.dtype))
                 continue
             sig.append(arr(lf.dtype, readonly=True))  # inputs may be read-only (broadcast views)
-            if not spec.flat and lf.layout != "C":
+            if spec.strided(lf.layout):
                 sig += [types.int64] * (nd + 1)
         for o in spec.outs:
             sig.append(arr(o.dtype))
-            if not spec.flat and o.layout != "C":
+            if spec.strided(o.layout):
                 sig += [types.int64] * (nd + 1)
-        sig += [types.int64] * nd
+        sig += [types.int64] * spec.trailing("cpu")
         return types.void(*sig)
 
     def scalar_arg(self, leaf: Any) -> Any:
@@ -252,11 +252,47 @@ class CPUBackend(Backend):
             return (base[off : off + n],)
         return (base, off, *[s // item for s in strides])
 
+    # -- reduction kernels --------------------------------------------------------------------
+    def _auto_chunks(self, nrows: int, rowlen: int) -> int:
+        threads = numba.get_num_threads() if config.current.cpu_parallel else 1
+        if threads == 1 or nrows >= 2 * threads or rowlen < 65536:
+            return 1
+        return min(-(-2 * threads // nrows), -(-rowlen // 32768))
+
+    def bind_frame(self, data: Any, smap: tuple) -> tuple:
+        if data.dtype == np.float16:
+            data = data.astype(np.float32)
+        base, off, strides, _ = _flat_view(data)
+        return (base, off, *mapped(strides, smap))
+
+    def launch_frame(self, plan: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
+        staged = _frame_outputs(args, outs, smaps, widen=True)
+        args.extend(geometry)
+        args.append(1)
+        plan.kernel(*args)
+        for o, buf in staged:
+            np.copyto(o, buf, casting="unsafe")
+
     def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         return store_product(np.matmul(a, b), out, accumulate)
 
     def copy(self, dst: Any, src: Any) -> None:
         np.copyto(dst, src, casting="unsafe")
+
+
+def _frame_outputs(args: list, outs: list, smaps: list, widen: bool) -> list:
+    """Append reduction-kernel output arguments (CPU memory); returns (target, staging) pairs."""
+    staged = []
+    for o, m in zip(outs, smaps):
+        buf = o
+        if widen and o.dtype == np.float16:
+            buf = np.empty(o.shape, np.float32)
+            staged.append((o, buf))
+        base, off, strides, copied = _flat_view(buf)
+        if copied:  # a view of foreign memory: write a copy, then copy back
+            staged.append((o, base.reshape(buf.shape)))
+        args.extend((base, off, *mapped(strides, m)))
+    return staged
 
 
 def _flat_view(v: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...], bool]:

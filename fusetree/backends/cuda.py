@@ -39,7 +39,7 @@ from numba.cuda import libdevice  # noqa: E402
 from .. import config  # noqa: E402
 from ..errors import CompileError, DeviceError  # noqa: E402
 from . import cuda_helpers  # noqa: E402
-from .base import Backend, store_product  # noqa: E402
+from .base import Backend, mapped, pow2_at_least, store_product  # noqa: E402
 
 _ndarray = cp.ndarray
 _current_stream = cp.cuda.get_current_stream
@@ -75,17 +75,17 @@ def signature(spec: Any) -> tuple[Any, str]:
             continue
         sig.append(types.CPointer(numba_type(storage_dtype(lf.dtype))))
         fmt += "Q"
-        if not spec.flat and lf.layout != "C":
+        if spec.strided(lf.layout):
             sig += [types.int64] * nd
             fmt += "q" * nd
     for o in spec.outs:
         sig.append(types.CPointer(numba_type(storage_dtype(o.dtype))))
         fmt += "Q"
-        if not spec.flat and o.layout != "C":
+        if spec.strided(o.layout):
             sig += [types.int64] * nd
             fmt += "q" * nd
-    sig += [types.int64] * (nd + 1)
-    fmt += "q" * (nd + 1)
+    sig += [types.int64] * spec.trailing("cuda")
+    fmt += "q" * spec.trailing("cuda")
     return types.void(*sig), fmt
 
 
@@ -171,6 +171,7 @@ class Driver:
             i,
         ]
         lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.argtypes = [ctypes.POINTER(i), vp, i, ctypes.c_size_t]
+        lib.cuFuncGetAttribute.argtypes = [ctypes.POINTER(i), i, vp]
         lib.cuGetErrorString.argtypes = [i, ctypes.POINTER(ctypes.c_char_p)]
         lib.cuDriverGetVersion.argtypes = [ctypes.POINTER(i)]
         lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(vp)]
@@ -207,6 +208,15 @@ class Driver:
         )
         return f.value or 0
 
+    def max_threads(self, func: int) -> int:
+        """The largest power-of-two block ``func`` can be launched with (its register use)."""
+        v = ctypes.c_int()
+        self.check(self.lib.cuFuncGetAttribute(ctypes.byref(v), 0, func), "cuFuncGetAttribute")
+        p = 1
+        while p * 2 <= min(v.value, 1024):
+            p *= 2
+        return p
+
     def occupancy(self, func: int) -> tuple[int, int]:
         """(block size, max resident blocks per SM) for ``func``."""
         grid, block = ctypes.c_int(), ctypes.c_int()
@@ -241,14 +251,92 @@ def link_cubin(ptx: str, cc: tuple[int, int]) -> bytes:
 
 
 # ---------------------------------------------------------------------------------------------
+# cuBLAS through its C API: CuPy's wrappers refuse to run during stream capture, and ours must be
+# captured into CUDA graphs (ft.jit(graph=True)). Own handle, own workspace (no allocation while
+# capturing), host pointer mode, default math (no TF32).
+
+
+def _find_cublas() -> ctypes.CDLL:
+    names = ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
+    try:  # the library CuPy loaded, if any
+        import cupy_backends.cuda.libs.cublas  # noqa: F401
+
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            names = sorted({ln.split()[-1] for ln in f if "libcublas.so" in ln and "Lt" not in ln}) + names
+    except Exception:
+        pass
+    import glob
+    import sys
+
+    for p in sys.path:
+        names += glob.glob(os.path.join(p, "nvidia", "*", "lib", "libcublas.so*"))
+        names += glob.glob(os.path.join(p, "nvidia", "cublas", "lib", "libcublas.so*"))
+    errors = []
+    for n in names:
+        try:
+            return ctypes.CDLL(n)
+        except OSError as e:
+            errors.append(str(e))
+    raise DeviceError(f"cuBLAS could not be loaded (tried {names[:6]}): {errors[-1] if errors else ''}")
+
+
+class CuBLAS:
+    """The few cuBLAS calls fusetree makes, on its own handle."""
+
+    WORKSPACE = 32 << 20
+
+    def __init__(self) -> None:
+        lib = _find_cublas()
+        vp, i, u64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
+        self.lib = lib
+        h = vp()
+        self._check(lib.cublasCreate_v2(ctypes.byref(h)), "cublasCreate")
+        self.handle = h.value
+        lib.cublasSetStream_v2.argtypes = [vp, vp]
+        lib.cublasSetPointerMode_v2.argtypes = [vp, i]
+        lib.cublasSetWorkspace_v2.argtypes = [vp, vp, u64]
+        gemm_args: Any = [vp, i, i, i, i, i, vp, vp, i, vp, i, vp, vp, i]
+        lib.cublasSgemm_v2.argtypes = gemm_args
+        lib.cublasDgemm_v2.argtypes = gemm_args
+        self._check(lib.cublasSetPointerMode_v2(self.handle, 0), "cublasSetPointerMode")  # host
+        self.workspace = cp.empty(self.WORKSPACE, np.uint8)
+        self._check(lib.cublasSetWorkspace_v2(self.handle, self.workspace.data.ptr, self.WORKSPACE),
+                    "cublasSetWorkspace")  # fmt: skip
+        self._gemm = {np.dtype(np.float32): lib.cublasSgemm_v2, np.dtype(np.float64): lib.cublasDgemm_v2}
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            raise DeviceError(f"cuBLAS error {status} in {what}")
+
+    def set_stream(self, stream: int) -> None:
+        self._check(self.lib.cublasSetStream_v2(self.handle, stream), "cublasSetStream")
+        # cublasSetStream resets the workspace to cuBLAS's own: set ours again (capture-safe)
+        self._check(self.lib.cublasSetWorkspace_v2(self.handle, self.workspace.data.ptr, self.WORKSPACE),
+                    "cublasSetWorkspace")  # fmt: skip
+
+    def gemm(self, dt: np.dtype, m: int, n: int, k: int, alpha: int, a: int, lda: int, b: int, ldb: int,
+             beta: int, c: int, ldc: int) -> None:  # fmt: skip
+        self._check(self._gemm[dt](self.handle, 0, 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), "gemm")
 
 
 class CUDAKernel:
     """A loaded kernel and its prepared launch: parameter buffer, pointer array, block size."""
 
-    __slots__ = ("args", "block", "buf", "func", "max_blocks", "name", "packer", "params", "ptx")
+    __slots__ = (
+        "args",
+        "block",
+        "buf",
+        "func",
+        "max_blocks",
+        "max_threads",
+        "name",
+        "packer",
+        "params",
+        "ptx",
+    )
 
-    def __init__(self, func: int, fmt: str, block: int, max_blocks: int, name: str, ptx: str) -> None:
+    def __init__(self, func: int, fmt: str, block: int, max_blocks: int, name: str, ptx: str,
+                 max_threads: int = 1024) -> None:  # fmt: skip
         self.func = func
         self.packer = struct.Struct("=" + fmt)
         self.buf = ctypes.create_string_buffer(max(8, self.packer.size))
@@ -258,6 +346,7 @@ class CUDAKernel:
         self.args = ctypes.addressof(self.params)
         self.block = block
         self.max_blocks = max_blocks
+        self.max_threads = max_threads
         self.name = name
         self.ptx = ptx
 
@@ -281,7 +370,7 @@ class CUDABackend(Backend):
         self.driver = Driver()
         self.ctx = self.driver.context()
         self._lock = threading.Lock()
-        self._handle: int | None = None
+        self._handle: CuBLAS | None = None
         self._cublas_stream: int | None = None
         self._gemm_consts: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {
             np.dtype(np.float32): (np.ones(1, np.float32), np.zeros(1, np.float32)),
@@ -316,6 +405,12 @@ class CUDABackend(Backend):
         return bool(a.shape == b.shape and a.strides == b.strides and a.data.ptr == b.data.ptr)
 
     def copy(self, dst: Any, src: Any) -> None:
+        if (
+            isinstance(src, _ndarray) and dst.dtype == src.dtype and dst.shape == src.shape
+            and dst.flags.c_contiguous and src.flags.c_contiguous
+        ):  # fmt: skip
+            cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, _current_stream().ptr)
+            return
         dst[...] = src
 
     def ptr(self, a: Any) -> int:
@@ -356,7 +451,8 @@ class CUDABackend(Backend):
                 mod = self.driver.load(link_cubin(ptx, cc))
             func = self.driver.function(mod, name)
             block, per_sm = self.driver.occupancy(func)
-        kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx)
+            maxt = self.driver.max_threads(func)
+        kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt)
         return kernel, {"disk_hit": disk_hit, "ptx": ptx}
 
     def save_source(self, spec: Any, source: str) -> str:
@@ -405,7 +501,49 @@ class CUDABackend(Backend):
                 res = self.driver.launch_fn(k.func, grid, 1, 1, k.block, 1, 1, 0, stream, k.args, None)
             self.driver.check(res, f"cuLaunchKernel({k.name})")
 
+    # -- reduction kernels --------------------------------------------------------------------
+    def _auto_chunks(self, nrows: int, rowlen: int) -> int:
+        if nrows >= 2 * self.sms or rowlen < 16384:
+            return 1
+        return min(-(-4 * self.sms // nrows), -(-rowlen // 2048))
+
+    def bind_frame(self, data: Any, smap: tuple) -> tuple:
+        item = data.itemsize
+        return (data.data.ptr, *mapped([s // item for s in data.strides], smap))
+
+    def bind_frame_view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any,
+                        smap: tuple) -> tuple:  # fmt: skip
+        item = np.dtype(dtype).itemsize
+        return (root.data.ptr + offset, *mapped([s // item for s in strides], smap))
+
+    def launch_frame(self, plan: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
+        k: CUDAKernel = plan.kernel
+        for o, m in zip(outs, smaps):
+            item = o.itemsize
+            args.append(o.data.ptr)
+            args.extend(mapped([s // item for s in o.strides], m))
+        nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
+        tpr = config.current.reduce_threads or pow2_at_least(-(-clen // 8))
+        tpr = min(tpr, k.max_threads)
+        block = tpr if tpr >= 32 else 128
+        grid = max(1, min(-(-nkeep // (block // tpr)), self.sms * 16))
+        args.extend(geometry)
+        args.append(tpr)
+        k.packer.pack_into(k.buf, 0, *args)
+        stream = _current_stream().ptr
+        res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, k.args, None)
+        if res != 0:
+            if res == 201:
+                self.driver.lib.cuCtxSetCurrent(self.ctx)
+                res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, k.args, None)
+            self.driver.check(res, f"cuLaunchKernel({k.name})")
+
     # -- GEMM --------------------------------------------------------------------------------
+    def _blas(self) -> CuBLAS:
+        if self._handle is None:
+            self._handle = CuBLAS()
+        return self._handle
+
     def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         """``a @ b`` (into ``out``, adding to it when ``accumulate``) via cuBLAS directly when the
         operands are 2-D, C-contiguous float32/float64; cupy.matmul otherwise."""
@@ -427,24 +565,17 @@ class CUDABackend(Backend):
             if not accumulate:
                 out.fill(0)
             return out
-        from cupy_backends.cuda.libs import cublas
-
-        if self._handle is None:
-            # fusetree's own handle: nobody else changes its stream or pointer mode, so both are
-            # set only when they change (cublasSetStream also resets the workspace)
-            self._handle = cublas.create()
-            cublas.setPointerMode(self._handle, cublas.CUBLAS_POINTER_MODE_HOST)
-        handle = self._handle
+        blas = self._blas()
         stream = _current_stream().ptr
         if self._cublas_stream != stream:
-            cublas.setStream(handle, stream)
+            blas.set_stream(stream)
             self._cublas_stream = stream
         one, zero = self._gemm_consts[dt]
         beta = one if accumulate else zero
-        gemm = cublas.sgemm if dt == np.float32 else cublas.dgemm
         # row-major C = A @ B is column-major C^T = B^T @ A^T
-        gemm(handle, 0, 0, n, m, k, one.ctypes.data, b.data.ptr, n, a.data.ptr, k,
-             beta.ctypes.data, out.data.ptr, n)  # fmt: skip
+        blas.gemm(
+            dt, n, m, k, one.ctypes.data, b.data.ptr, n, a.data.ptr, k, beta.ctypes.data, out.data.ptr, n
+        )
         return out
 
 

@@ -16,8 +16,8 @@ import numpy as np
 
 from ..errors import DeviceError
 from . import cuda_helpers
-from .base import Backend, store_product
-from .cpu import _flat_view
+from .base import Backend, mapped, pow2_at_least, store_product
+from .cpu import _flat_view, _frame_outputs
 
 if "numba.cuda" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
     raise DeviceError(
@@ -73,6 +73,22 @@ class SimBackend(Backend):
         block = 32
         grid = max(1, min((n + block - 1) // block, 4))
         plan.kernel[grid, block](*args)
+
+    def bind_frame(self, data: Any, smap: tuple) -> tuple:
+        base, off, strides, _ = _flat_view(data)
+        return (base, off, *mapped(strides, smap))
+
+    def launch_frame(self, plan: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
+        from .. import config
+
+        staged = _frame_outputs(args, outs, smaps, widen=False)
+        nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
+        tpr = config.current.reduce_threads or min(pow2_at_least(-(-clen // 4)), 64)
+        block = tpr if tpr >= 32 else 32
+        grid = max(1, min(-(-nkeep // (block // tpr)), 4))
+        plan.kernel[grid, block](*args, *geometry, tpr)
+        for o, buf in staged:
+            np.copyto(o, buf, casting="unsafe")
 
     def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         return store_product(np.matmul(a, b), out, accumulate)

@@ -1,0 +1,385 @@
+"""Render a reduction kernel: reductions fused with their elementwise producers and consumers.
+
+A reduction kernel works in a *frame*: a full shape ``F`` (the reduced input's shape) and the reduced
+axes ``R``. Every value in the kernel is either
+
+* ``full``: one per element of ``F`` (the leaves of shape ``F``, elementwise ops over them, and
+  ``expand`` nodes, which broadcast a row value back over ``R``), or
+* ``row``: one per *row*, a position on the kept axes (reductions, row-shaped leaves, and ops over
+  them; a row value has the reduction's shape, with or without the kept size-1 axes).
+
+The kernel runs one row at a time (CPU: ``prange`` over rows; CUDA: ``tpr`` threads per row, a warp
+butterfly and, for rows wider than a warp, one shared-memory exchange, so every thread of the row
+holds the result). Inside a row it makes one pass per *phase*: phase ``p`` accumulates the
+reductions whose inputs need row values from phases before ``p`` (softmax: max, then sum; layernorm:
+mean, then var); row values are computed when their phase is done; a last pass computes and stores
+the full outputs. Full values are recomputed in each pass that needs them (the inputs are re-read:
+cheap for rows that stay in cache). Order of accumulation is fixed, so results are deterministic.
+
+A *partial* kernel (``frame=(axes, True)``) splits every row into ``nchunks`` chunks and stores the
+accumulator of its one reduction per chunk: the first stage of a two-stage reduction.
+
+Each array parameter is a pointer (plus an element offset on the CPU and in the simulator) and one
+element stride per frame axis; a row array's strides are 0 on the reduced axes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import dtypes
+from .codegen import KernelSpec, Ref, Writer, cast, convert, header, op_value
+from .ops import REDUCTIONS, identity_value, reduce_dtypes
+
+
+def _params(spec: KernelSpec, target: str) -> list[str]:
+    nd = spec.ndim
+    offsets = target in ("cpu", "cuda-sim")
+    p: list[str] = []
+    for i, lf in enumerate(spec.leaves):
+        if lf.kind == "scalar":
+            p.append(f"s{i}")
+            continue
+        p += [f"in{i}"] + ([f"in{i}_o"] if offsets else []) + [f"in{i}_s{d}" for d in range(nd)]
+    for k in range(len(spec.outs)):
+        p += [f"out{k}"] + ([f"out{k}_o"] if offsets else []) + [f"out{k}_s{d}" for d in range(nd)]
+    return p + [f"n{d}" for d in range(nd)] + ["nrows", "rowlen", "nchunks", "clen", "tpr"]
+
+
+class _Levels:
+    """Levels, phases and readiness of a reduction kernel's values."""
+
+    def __init__(self, spec: KernelSpec) -> None:
+        self.level: dict[Ref, str] = {}
+        self.ready: dict[Ref, int] = {}  # row values: the phase after which they are known
+        self.need: dict[Ref, int] = {}  # full values: the last phase whose row values they read
+        for i, lf in enumerate(spec.leaves):
+            r: Ref = ("x", i)
+            self.level[r] = "" if lf.kind == "scalar" else lf.layout
+            self.ready[r] = self.need[r] = 0
+        for j, o in enumerate(spec.ops):
+            r = ("t", j)
+            if o.op == "reduce":
+                self.level[r] = "row"
+                self.ready[r] = 1 + self.need[o.args[0]]
+            elif o.op == "expand":
+                self.level[r] = "full"
+                self.need[r] = self.ready[o.args[0]]
+            else:
+                levels = {self.level[a] for a in o.args} - {""}
+                lev = "full" if "full" in levels else "row"
+                self.level[r] = lev
+                if lev == "row":
+                    self.ready[r] = max(self.ready[a] for a in o.args)
+                else:
+                    self.need[r] = max(
+                        self.need[a] if self.level[a] == "full" else self.ready[a] for a in o.args
+                    )
+        self.phases = max([self.ready[("t", j)] for j, o in enumerate(spec.ops) if o.op == "reduce"] or [0])
+
+
+def _cone(spec: KernelSpec, lev: _Levels, roots: list[Ref]) -> list[int]:
+    """Full-level ops (indices, in order) needed to compute ``roots`` inside an element loop."""
+    need: set[int] = set()
+    stack = [r for r in roots if r[0] == "t" and lev.level[r] == "full"]
+    while stack:
+        r = stack.pop()
+        if r[1] in need:
+            continue
+        need.add(r[1])
+        o = spec.ops[r[1]]
+        if o.op == "expand":
+            continue
+        stack.extend(a for a in o.args if a[0] == "t" and lev.level[a] == "full")
+    return sorted(need)
+
+
+def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
+    assert spec.frame is not None
+    axes, partial = spec.frame
+    cuda = target in ("cuda", "cuda-sim")
+    offsets = target in ("cpu", "cuda-sim")
+    nd = spec.ndim
+    kept = [d for d in range(nd) if d not in axes]
+    params = _params(spec, target)
+    lev = _Levels(spec)
+    w = Writer()
+    for line in header(spec, target, params):
+        w(line)
+    w(f"# frame: reduced axes {tuple(axes)}, {lev.phases} phase(s){', partial' if partial else ''}")
+    w(f"def {spec.name}({', '.join(params)}):")
+    w.indent()
+
+    reg: dict[Ref, np.dtype] = {}
+    desc: dict[Ref, dtypes.Desc] = {}
+    name: dict[Ref, str] = {}
+    arrays = [f"in{i}" for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"]
+    arrays += [f"out{k}" for k in range(len(spec.outs))]
+    full_arrays = [
+        f"in{i}" for i, lf in enumerate(spec.leaves) if lf.kind == "buffer" and lf.layout == "full"
+    ]
+    full_arrays += [f"out{k}" for k, o in enumerate(spec.outs) if o.layout == "full"]
+    for i, lf in enumerate(spec.leaves):
+        r: Ref = ("x", i)
+        desc[r] = lf.desc
+        if lf.kind == "scalar":
+            reg[r], name[r] = scalar_storage(lf.dtype), f"s{i}"
+        else:
+            reg[r], name[r] = dtypes.register(lf.dtype), f"x{i}"
+    # accumulators of the reductions
+    accs: dict[int, tuple[str, np.dtype, np.dtype]] = {}  # op index -> (kind, input reg, acc dtype)
+    for j, o in enumerate(spec.ops):
+        if o.op == "reduce":
+            src = spec.ops[o.args[0][1]].dtype if o.args[0][0] == "t" else spec.leaves[o.args[0][1]].dtype
+            kind = o.attrs[0]
+            accs[j] = (kind, dtypes.register(src), reduce_dtypes(kind, src, target)[1])
+
+    def comb(kind: str, a: str, b: str) -> str:
+        return REDUCTIONS[kind].combine.format(a, b)
+
+    if cuda:
+        w("tid = cuda.threadIdx.x")
+        w("lane = tid % tpr")
+        w("gpb = cuda.blockDim.x // tpr")
+        w("rr0 = cuda.blockIdx.x * gpb")
+        w("rstep = cuda.gridDim.x * gpb")
+        w("wid = tid // 32")
+        w("wl = tid % 32")
+        w("nw = cuda.blockDim.x // 32")
+        w("width = min(tpr, 32)")
+        for j, (kind, _, acc) in accs.items():
+            w(f"sh{j} = cuda.shared.array(32, {dtypes.CTOR[acc]})")
+            if REDUCTIONS[kind].index:
+                w(f"sh{j}_i = cuda.shared.array(32, int64)")
+            if target == "cuda-sim":
+                w(f"sx{j} = cuda.shared.array(1024, {dtypes.CTOR[acc]})")
+                if REDUCTIONS[kind].index:
+                    w(f"sx{j}_i = cuda.shared.array(1024, int64)")
+        w("nkeep = nrows * nchunks")
+        w("while rr0 < nkeep:")
+        w.indent()
+        w("rr = rr0 + tid // tpr")
+        w("act = rr < nkeep")
+        w("if not act:")
+        w("    rr = nkeep - 1")
+    else:
+        w("nkeep = nrows * nchunks")
+        w("for rr in prange(nkeep):")
+        w.indent()
+    w("row = rr // nchunks")
+    w("lo = (rr - row * nchunks) * clen")
+    w("hi = min(lo + clen, rowlen)")
+    # kept indices -> each array's row offset
+    w("q = row")
+    for d in reversed(kept):
+        w(f"i{d} = q % n{d}")
+        w(f"q = q // n{d}")
+    for a in arrays:
+        terms = ([f"{a}_o"] if offsets else []) + [f"i{d} * {a}_s{d}" for d in kept]
+        w(f"{a}_w = {' + '.join(terms) or '0'}")
+
+    def load_leaf(i: int, where: str) -> None:
+        lf = spec.leaves[i]
+        w(f"x{i} = {cast(f'in{i}[{where}]', storage(lf.dtype), dtypes.register(lf.dtype))}")
+
+    used_row_leaves = sorted(
+        {a[1] for o in spec.ops for a in o.args if a[0] == "x" and lev.level[a] == "row"}
+        | {o.ref[1] for o in spec.outs if o.ref[0] == "x" and lev.level[o.ref] == "row"}
+    )
+    for i in used_row_leaves:
+        load_leaf(i, f"in{i}_w")
+
+    def emit_op(j: int) -> None:
+        o = spec.ops[j]
+        r = ("t", j)
+        if o.op == "expand":
+            reg[r], desc[r], name[r] = reg[o.args[0]], desc[o.args[0]], name[o.args[0]]
+            return
+        value, out_reg = op_value(o, [name[a] for a in o.args], [reg[a] for a in o.args],
+                                  [desc[a] for a in o.args])  # fmt: skip
+        w(f"t{j} = {value}")
+        reg[r], desc[r], name[r] = out_reg, o.dtype, f"t{j}"
+
+    def emit_row_ops(phase: int) -> None:
+        for j, o in enumerate(spec.ops):
+            r = ("t", j)
+            if o.op != "reduce" and lev.level[r] == "row" and lev.ready[r] == phase:
+                emit_op(j)
+
+    def element_loop(ops_needed: list[int], leaves_needed: list[int], body_after) -> None:  # type: ignore[no-untyped-def]
+        if cuda:
+            w("j = lo + lane")
+            w("while act and j < hi:")
+        else:
+            w("for j in range(lo, hi):")
+        w.indent()
+        if len(axes) == 1:
+            for a in full_arrays:
+                w(f"{a}_e = {a}_w + j * {a}_s{axes[0]}")
+        else:
+            w("q = j")
+            for d in reversed(axes):
+                w(f"i{d} = q % n{d}")
+                w(f"q = q // n{d}")
+            for a in full_arrays:
+                w(f"{a}_e = {a}_w + {' + '.join(f'i{d} * {a}_s{d}' for d in axes)}")
+        for i in leaves_needed:
+            load_leaf(i, f"in{i}_e")
+        for j in ops_needed:
+            emit_op(j)
+        body_after()
+        if cuda:
+            w("j += tpr")
+        w.dedent()
+
+    def full_leaves(ops_needed: list[int], extra: list[Ref]) -> list[int]:
+        refs = [a for j in ops_needed if spec.ops[j].op != "expand" for a in spec.ops[j].args] + extra
+        return sorted({a[1] for a in refs if a[0] == "x" and lev.level[a] == "full"})
+
+    emit_row_ops(0)
+    for phase in range(1, lev.phases + 1):
+        red = [j for j in accs if lev.ready[("t", j)] == phase]
+        inputs = [spec.ops[j].args[0] for j in red]
+        ops_needed = _cone(spec, lev, inputs)
+        for j in red:
+            kind, _, acc = accs[j]
+            w(f"a{j} = {identity_value(kind, acc)}")
+            if REDUCTIONS[kind].index:
+                w(f"a{j}_i = int64(0)")
+
+        def update(red=red) -> None:  # type: ignore[no-untyped-def]
+            for j in red:
+                kind, src_reg, acc = accs[j]
+                v = name[spec.ops[j].args[0]]
+                if REDUCTIONS[kind].index:
+                    cmp = ">" if kind == "argmax" else "<"
+                    w(f"v{j} = {cast(v, src_reg, acc)}")
+                    w(f"if v{j} {cmp} a{j} or (v{j} != v{j} and a{j} == a{j}):")
+                    w(f"    a{j} = v{j}")
+                    w(f"    a{j}_i = j")
+                    continue
+                if kind in ("any", "all"):
+                    v = f"int32({v} != 0)"
+                else:
+                    v = cast(v, src_reg, acc)
+                w(f"a{j} = {comb(kind, f'a{j}', v)}")
+
+        element_loop(ops_needed, full_leaves(ops_needed, inputs), update)
+        if cuda:
+            _group_combine(w, red, accs, comb, sim=target == "cuda-sim")
+        for j in red:
+            kind, _, acc = accs[j]
+            o = spec.ops[j]
+            r = ("t", j)
+            out_reg = dtypes.register(o.dtype)
+            accv = f"a{j}_i" if REDUCTIONS[kind].index else f"a{j}"
+            value = convert(accv, out_reg) if kind not in ("any", "all") else f"({accv} != 0)"
+            if o.dtype == np.float16:
+                value = f"f16_round({value})"
+            if not partial:
+                w(f"t{j} = {value}")
+            reg[r], desc[r], name[r] = out_reg, o.dtype, f"t{j}"
+        emit_row_ops(phase)
+
+    # the last pass: full outputs
+    full_outs = [k for k, o in enumerate(spec.outs) if o.layout == "full"]
+    if full_outs:
+        refs = [spec.outs[k].ref for k in full_outs]
+        ops_needed = _cone(spec, lev, refs)
+
+        def store() -> None:
+            for k in full_outs:
+                o = spec.outs[k]
+                w(f"out{k}[out{k}_e] = {cast(name[o.ref], reg[o.ref], storage(o.dtype))}")
+
+        element_loop(ops_needed, full_leaves(ops_needed, refs), store)
+    row_outs = [k for k, o in enumerate(spec.outs) if o.layout != "full"]
+    if row_outs:
+        guard = "act and lane == 0" if cuda else ""
+        if guard:
+            w(f"if {guard}:")
+            w.indent()
+        for k in row_outs:
+            out = spec.outs[k]
+            if out.layout == "acc":  # partial: the raw accumulator of the chunk, at position rr
+                j = out.ref[1]
+                acc = accs[j][2]
+                at = f"out{k}_o + rr" if offsets else "rr"
+                w(f"out{k}[{at}] = {cast(f'a{j}', acc, storage(out.dtype))}")
+            else:
+                w(f"out{k}[out{k}_w] = {cast(name[out.ref], reg[out.ref], storage(out.dtype))}")
+        if guard:
+            w.dedent()
+    if cuda:
+        w("rr0 += rstep")
+    return w.text(), params
+
+
+def _group_combine(w: Writer, red: list[int], accs: dict, comb, sim: bool = False) -> None:  # type: ignore[no-untyped-def]
+    """CUDA: combine the accumulators of the ``tpr`` threads of a row; all of them get the result.
+    (numba's simulator has no warp shuffles: there the butterfly goes through shared memory.)"""
+    w("off = width // 2")
+    w("while off > 0:")
+    w.indent()
+    for j in red:
+        kind = accs[j][0]
+        index = REDUCTIONS[kind].index
+        if sim:
+            w(f"sx{j}[tid] = a{j}")
+            if index:
+                w(f"sx{j}_i[tid] = a{j}_i")
+            w("cuda.syncthreads()")
+            got, got_i = f"sx{j}[tid ^ off]", f"sx{j}_i[tid ^ off]"
+        else:
+            got, got_i = _shfl(f"a{j}", accs[j][2]), _shfl(f"a{j}_i", np.dtype(np.int64))
+        w(f"b{j} = {got}")
+        if index:
+            w(f"b{j}_i = {got_i}")
+        if sim:
+            w("cuda.syncthreads()")
+        if index:
+            _better(w, j, kind, f"b{j}", f"b{j}_i")
+        else:
+            w(f"a{j} = {comb(kind, f'a{j}', f'b{j}')}")
+    w("off = off // 2")
+    w.dedent()
+    w("if tpr > 32:")
+    w.indent()
+    w("if wl == 0:")
+    for j in red:
+        w(f"    sh{j}[wid] = a{j}")
+        if REDUCTIONS[accs[j][0]].index:
+            w(f"    sh{j}_i[wid] = a{j}_i")
+    w("cuda.syncthreads()")
+    for j in red:
+        w(f"a{j} = sh{j}[0]")
+        if REDUCTIONS[accs[j][0]].index:
+            w(f"a{j}_i = sh{j}_i[0]")
+    w("for k in range(1, nw):")
+    w.indent()
+    for j in red:
+        kind = accs[j][0]
+        if REDUCTIONS[kind].index:
+            _better(w, j, kind, f"sh{j}[k]", f"sh{j}_i[k]")
+        else:
+            w(f"a{j} = {comb(kind, f'a{j}', f'sh{j}[k]')}")
+    w.dedent()
+    w("cuda.syncthreads()")
+    w.dedent()
+
+
+def _shfl(var: str, acc: np.dtype) -> str:
+    """Butterfly exchange of ``var`` (numba shuffles signed ints and floats: unsigned go as int64)."""
+    if acc.kind == "u":
+        return f"{dtypes.CTOR[acc]}(cuda.shfl_xor_sync(0xFFFFFFFF, int64({var}), off))"
+    return f"cuda.shfl_xor_sync(0xFFFFFFFF, {var}, off)"
+
+
+def _better(w: Writer, j: int, kind: str, v: str, i: str) -> None:
+    """argmax/argmin merge: NaN wins (the first one), then the larger (smaller), ties: first index."""
+    cmp = ">" if kind == "argmax" else "<"
+    w(f"c{j} = {v}")
+    w(f"ci{j} = {i}")
+    w(f"if (c{j} != c{j} and (a{j} == a{j} or ci{j} < a{j}_i)) or (a{j} == a{j} and (c{j} {cmp} a{j} or (c{j} == a{j} and ci{j} < a{j}_i))):")  # fmt: skip
+    w(f"    a{j} = c{j}")
+    w(f"    a{j}_i = ci{j}")
