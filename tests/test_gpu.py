@@ -251,7 +251,7 @@ def test_graph_lstm_step_and_sequence(rng):
     Yr, cr = lstm_layer(X.astype(np.float64), *[np.asarray(a, np.float64) for a in inputs[1:]], Y64, NumpyXP)
     assert rel_err(Yo.numpy(), Yr) < 1e-5 and rel_err(co.numpy(), cr) < 1e-5
     # the graph goes with the jitted function
-    g = weakref.ref(next(iter(layer.plans.values())).graph.exec)
+    g = weakref.ref(next(iter(layer.plans.values())).graph)
     del layer, Yo, co
     gc.collect()
     assert g() is None
