@@ -32,6 +32,9 @@ from .codegen import KernelSpec, Ref, Writer, cast, convert, header, op_value
 from .ops import REDUCTIONS, identity_value, reduce_dtypes
 
 
+UNROLL = 4  # CUDA: elements per thread per step of an element loop (independent loads in flight)
+
+
 def _params(spec: KernelSpec, target: str) -> list[str]:
     nd = spec.ndim
     offsets = target in ("cpu", "cuda-sim")
@@ -124,8 +127,8 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
         desc[r] = lf.desc
         if lf.kind == "scalar":
             reg[r], name[r] = scalar_storage(lf.dtype), f"s{i}"
-        else:
-            reg[r], name[r] = dtypes.register(lf.dtype), f"x{i}"
+        else:  # full values carry a copy suffix "{s}" (unrolled element loops), row values none
+            reg[r], name[r] = dtypes.register(lf.dtype), f"x{i}" + ("{s}" if lf.layout == "full" else "")
     # accumulators of the reductions
     accs: dict[int, tuple[str, np.dtype, np.dtype]] = {}  # op index -> (kind, input reg, acc dtype)
     for j, o in enumerate(spec.ops):
@@ -178,9 +181,14 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
         terms = ([f"{a}_o"] if offsets else []) + [f"i{d} * {a}_s{d}" for d in kept]
         w(f"{a}_w = {' + '.join(terms) or '0'}")
 
+    cur = {"s": "", "J": "j"}  # the element-loop copy being written: name suffix, index variable
+
+    def wc(line: str) -> None:
+        w(line.replace("{s}", cur["s"]).replace("{J}", cur["J"]))
+
     def load_leaf(i: int, where: str) -> None:
         lf = spec.leaves[i]
-        w(f"x{i} = {cast(f'in{i}[{where}]', storage(lf.dtype), dtypes.register(lf.dtype))}")
+        wc(f"{name[('x', i)]} = {cast(f'in{i}[{where}]', storage(lf.dtype), dtypes.register(lf.dtype))}")
 
     used_row_leaves = sorted(
         {a[1] for o in spec.ops for a in o.args if a[0] == "x" and lev.level[a] == "row"}
@@ -197,8 +205,9 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
             return
         value, out_reg = op_value(o, [name[a] for a in o.args], [reg[a] for a in o.args],
                                   [desc[a] for a in o.args])  # fmt: skip
-        w(f"t{j} = {value}")
-        reg[r], desc[r], name[r] = out_reg, o.dtype, f"t{j}"
+        nm = f"t{j}" + ("{s}" if lev.level[r] == "full" else "")
+        wc(f"{nm} = {value}")
+        reg[r], desc[r], name[r] = out_reg, o.dtype, nm
 
     def emit_row_ops(phase: int) -> None:
         for j, o in enumerate(spec.ops):
@@ -206,30 +215,50 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
             if o.op != "reduce" and lev.level[r] == "row" and lev.ready[r] == phase:
                 emit_op(j)
 
-    def element_loop(ops_needed: list[int], leaves_needed: list[int], body_after) -> None:  # type: ignore[no-untyped-def]
-        if cuda:
-            w("j = lo + lane")
-            w("while act and j < hi:")
-        else:
-            w("for j in range(lo, hi):")
-        w.indent()
+    def element_copy(ops_needed: list[int], leaves_needed: list[int]) -> None:
         if len(axes) == 1:
             for a in full_arrays:
-                w(f"{a}_e = {a}_w + j * {a}_s{axes[0]}")
+                wc(f"{a}_e{{s}} = {a}_w + {{J}} * {a}_s{axes[0]}")
         else:
-            w("q = j")
+            wc("q = {J}")
             for d in reversed(axes):
-                w(f"i{d} = q % n{d}")
-                w(f"q = q // n{d}")
+                wc(f"i{d} = q % n{d}")
+                wc(f"q = q // n{d}")
             for a in full_arrays:
-                w(f"{a}_e = {a}_w + {' + '.join(f'i{d} * {a}_s{d}' for d in axes)}")
+                wc(f"{a}_e{{s}} = {a}_w + {' + '.join(f'i{d} * {a}_s{d}' for d in axes)}")
         for i in leaves_needed:
-            load_leaf(i, f"in{i}_e")
+            load_leaf(i, f"in{i}_e{{s}}")
         for j in ops_needed:
             emit_op(j)
+
+    def element_loop(ops_needed: list[int], leaves_needed: list[int], body_after) -> None:  # type: ignore[no-untyped-def]
+        if not cuda:
+            w("for j in range(lo, hi):")
+            w.indent()
+            element_copy(ops_needed, leaves_needed)
+            body_after()
+            w.dedent()
+            return
+        # CUDA: UNROLL elements per thread and step, all loads before all stores
+        w("j = lo + lane")
+        w(f"while act and j + {UNROLL - 1} * tpr < hi:")
+        w.indent()
+        for c in range(UNROLL):
+            w(f"j_{c} = j + {c} * tpr")
+        for c in range(UNROLL):
+            cur["s"], cur["J"] = f"_{c}", f"j_{c}"
+            element_copy(ops_needed, leaves_needed)
+        for c in range(UNROLL):
+            cur["s"], cur["J"] = f"_{c}", f"j_{c}"
+            body_after()
+        w(f"j += {UNROLL} * tpr")
+        w.dedent()
+        cur["s"], cur["J"] = "", "j"
+        w("while act and j < hi:")
+        w.indent()
+        element_copy(ops_needed, leaves_needed)
         body_after()
-        if cuda:
-            w("j += tpr")
+        w("j += tpr")
         w.dedent()
 
     def full_leaves(ops_needed: list[int], extra: list[Ref]) -> list[int]:
@@ -253,16 +282,16 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
                 v = name[spec.ops[j].args[0]]
                 if REDUCTIONS[kind].index:
                     cmp = ">" if kind == "argmax" else "<"
-                    w(f"v{j} = {cast(v, src_reg, acc)}")
-                    w(f"if v{j} {cmp} a{j} or (v{j} != v{j} and a{j} == a{j}):")
-                    w(f"    a{j} = v{j}")
-                    w(f"    a{j}_i = j")
+                    wc(f"v{j} = {cast(v, src_reg, acc)}")
+                    wc(f"if v{j} {cmp} a{j} or (v{j} != v{j} and a{j} == a{j}):")
+                    wc(f"    a{j} = v{j}")
+                    wc(f"    a{j}_i = {{J}}")
                     continue
                 if kind in ("any", "all"):
                     v = f"int32({v} != 0)"
                 else:
                     v = cast(v, src_reg, acc)
-                w(f"a{j} = {comb(kind, f'a{j}', v)}")
+                wc(f"a{j} = {comb(kind, f'a{j}', v)}")
 
         element_loop(ops_needed, full_leaves(ops_needed, inputs), update)
         if cuda:
@@ -290,7 +319,7 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
         def store() -> None:
             for k in full_outs:
                 o = spec.outs[k]
-                w(f"out{k}[out{k}_e] = {cast(name[o.ref], reg[o.ref], storage(o.dtype))}")
+                wc(f"out{k}[out{k}_e{{s}}] = {cast(name[o.ref], reg[o.ref], storage(o.dtype))}")
 
         element_loop(ops_needed, full_leaves(ops_needed, refs), store)
     row_outs = [k for k, o in enumerate(spec.outs) if o.layout != "full"]

@@ -523,7 +523,7 @@ class CUDABackend(Backend):
             args.append(o.data.ptr)
             args.extend(mapped([s // item for s in o.strides], m))
         nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
-        tpr = config.current.reduce_threads or pow2_at_least(-(-clen // 8))
+        tpr = config.current.reduce_threads or pow2_at_least(-(-clen // 16))
         tpr = min(tpr, k.max_threads)
         block = tpr if tpr >= 32 else 128
         grid = max(1, min(-(-nkeep // (block // tpr)), self.sms * 16))
