@@ -31,7 +31,6 @@ from . import dtypes
 from .codegen import KernelSpec, Ref, Writer, cast, convert, header, op_value
 from .ops import REDUCTIONS, identity_value, reduce_dtypes
 
-
 UNROLL = 4  # CUDA: elements per thread per step of an element loop (independent loads in flight)
 
 
