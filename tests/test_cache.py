@@ -48,3 +48,49 @@ def test_key_ignores_scalar_values_but_not_weakness(rng):
     assert (x * 2.0)._node.key == (x * 3.0)._node.key
     assert (x * 2.0)._node.key != (x * np.float64(2.0))._node.key  # strong float64 promotes
     assert (x * np.float64(2.0)).dtype == np.float64 and (x * 2.0).dtype == np.float32
+
+
+WRITER = r"""
+import sys
+from fusetree.backends.cuda import read_disk_cache, write_disk_cache
+d, who = sys.argv[1], sys.argv[2]
+bad = 0
+for k in range(300):
+    body = {"ptx": who * (1000 + k), "entry": who, "fmt": "Q" * (k % 7)}
+    write_disk_cache(d, "samekey", body)
+    got = read_disk_cache(d, "samekey")
+    if got is not None and got["ptx"] != got["entry"] * len(got["ptx"]):
+        bad += 1
+print("BAD", bad)
+"""
+
+
+def test_concurrent_disk_cache_writers_never_corrupt(tmp_path):
+    """Two processes writing one key at once: every read is a whole entry of one of them."""
+    import os
+    import subprocess
+    import sys
+
+    pytest = __import__("pytest")
+    pytest.importorskip("cupy")
+    env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path), w], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for w in "ab"
+    ]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert all("BAD 0" in o for o in outs), outs
+    from fusetree.backends.cuda import disk_cache_dir
+
+    os.environ["FUSETREE_CACHE_DIR"], saved = str(tmp_path / "new"), os.environ.get("FUSETREE_CACHE_DIR")
+    try:
+        assert os.stat(disk_cache_dir()).st_mode & 0o777 == 0o700
+    finally:
+        if saved is None:
+            del os.environ["FUSETREE_CACHE_DIR"]
+        else:
+            os.environ["FUSETREE_CACHE_DIR"] = saved
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]  # no stray temporaries

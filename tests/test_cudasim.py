@@ -48,6 +48,12 @@ assert rel_err(h2.numpy(), hr) < 1e-5 and rel_err(c2.numpy(), cr) < 1e-5
 out = ft.asarray(np.full((3, 4), np.nan, np.float32), device=D)
 out[:, ::2] = ft.asarray(np.ones((3, 2), np.float32), device=D) * 3
 assert np.isnan(out.numpy()[:, 1::2]).all() and (out.numpy()[:, ::2] == 3).all()
+import reduce_cases as rc
+checked += rc.check_special(D, rng)
+checked += rc.check_patterns(D, rng, shape=(3, 10), dtypes=("float32", "float16"))
+with ft.options(reduce_threads=64):  # several warps per row: the shared-memory exchange
+    checked += rc.check_patterns(D, rng, shape=(2, 70), dtypes=("float32",))
+checked += rc.check_kinds(D, rng, [(2, 3, 4)], ["float32", "int16", "bool"])
 print("SIM OK", checked)
 """
 

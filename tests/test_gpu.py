@@ -255,3 +255,17 @@ def test_graph_lstm_step_and_sequence(rng):
     del layer, Yo, co
     gc.collect()
     assert g() is None
+
+
+def test_out_of_memory_is_a_clear_error_and_the_library_stays_usable():
+    import cupy as cp
+
+    one = ft.asarray(cp.ones(1, np.float32))
+    wide = cp.broadcast_to(cp.ones(1, np.float32), (1 << 22, 1 << 22))  # 2**44 elements: 64 TB
+    with pytest.raises(ft.DeviceError, match="out of GPU memory"):
+        ft.evaluate(ft.exp(one) + wide)
+    with pytest.raises(ft.DeviceError, match="out of GPU memory"):
+        ft.softmax(ft.exp(one) + wide, axis=1).numpy()
+    big = ft.asarray(cp.ones(4, np.float32))
+    y = (ft.exp(big) * 2).numpy()  # the cache and the pool still work
+    np.testing.assert_allclose(y, np.exp(np.ones(4)) * 2, rtol=1e-6)

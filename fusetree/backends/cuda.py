@@ -473,7 +473,14 @@ class CUDABackend(Backend):
         return v - (1 << 64) if v >= (1 << 63) else v
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-        return _ndarray(shape, dtype)
+        try:
+            return _ndarray(shape, dtype)
+        except cp.cuda.memory.OutOfMemoryError as e:
+            raise DeviceError(
+                f"out of GPU memory allocating an array of shape {shape} and dtype {np.dtype(dtype)} "
+                f"({e}); nothing was written. Free arrays (or cupy's pool: "
+                "cupy.get_default_memory_pool().free_all_blocks()) and retry"
+            ) from None
 
     def launch(self, plan: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
         k: CUDAKernel = plan.kernel
