@@ -33,7 +33,7 @@ class Options:
     cpu_parallel: bool = True  # numba parallel=True loops on the CPU backend
     max_kernel_params: int = MAX_KERNEL_PARAMS
     cuda_unroll: int = 1  # elements per thread per grid-stride step in flat CUDA kernels
-    max_cached_kernels: int = 4096  # in-memory kernel cache bound (oldest evicted first)
+    max_cached_kernels: int = 4096  # in-memory kernel cache bound (LRU)
     # reductions: threads per row on CUDA (0: chosen from the row length), and rows longer than
     # ``reduce_split`` elements are reduced in two stages of chunks that long (0: automatic)
     reduce_threads: int = 0

@@ -516,7 +516,7 @@ def _run_frame(root: Node, frame: Frame, paths: Sequence[tuple[int, tuple]], tar
     else:
         olays = tuple("full" if n.shape == full else "row" for n in nodes)
     key = ("frame", be.cache_tag(), root.key, tuple(paths), olays, tuple(lays))
-    plan = runtime._CACHE.get(key)
+    plan = runtime.lookup(key)
     if plan is None:
         spec = fuser.spec_for(
             [root], paths, leaves, olays, be.target, None, (axes, bool(partial)), lays, len(full)
@@ -531,8 +531,6 @@ def _run_frame(root: Node, frame: Frame, paths: Sequence[tuple[int, tuple]], tar
             )
         plan = runtime._compile(be, spec)
         runtime._store(key, plan)
-    else:
-        runtime._stats["cache_hits"] += 1
     nrows = math.prod(s for d, s in enumerate(full) if d not in axes)
     rowlen = math.prod(full[d] for d in axes)
     if partial:

@@ -79,7 +79,7 @@ class Plan:
         return self.spec.flat
 
 
-_CACHE: dict[tuple, Plan] = {}  # insertion-ordered: the oldest entries are evicted first
+_CACHE: dict[tuple, Plan] = {}  # least recently used first: evicted first
 
 
 def cache_info() -> dict[str, int]:
@@ -219,15 +219,13 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
     else:
         layouts = tuple(["C" if t is None else _out_layout(t) for t in targets])
     key = (be.cache_tag(), tuple([r[5] for r in roots]), sharing, tuple(paths), layouts)
-    plan = _CACHE.get(key)
+    plan = lookup(key)
     if plan is None:
         spec = fuser.spec_for(roots, paths, leaves, layouts, be.target, sharing)
         if spec.param_count(be.target) > config.current.max_kernel_params:
             return _split(roots, paths, device, shape, targets)
         plan = _compile(be, spec)
         _store(key, plan)
-    else:
-        _stats["cache_hits"] += 1
     outs = [be.empty(shape, fuser_dtype(roots, p)) if t is None else t for p, t in zip(paths, targets)]
     if 0 in shape:
         return outs
@@ -255,8 +253,17 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
     return outs
 
 
+def lookup(key: tuple) -> Plan | None:
+    """The cached plan for ``key`` (counted as a hit; moved to the young end: LRU), or None."""
+    plan = _CACHE.pop(key, None)
+    if plan is not None:
+        _CACHE[key] = plan
+        _stats["cache_hits"] += 1
+    return plan
+
+
 def _store(key: tuple, plan: Plan) -> None:
-    while _CACHE and len(_CACHE) >= config.current.max_cached_kernels:  # bounded: evict the oldest
+    while _CACHE and len(_CACHE) >= config.current.max_cached_kernels:  # bounded: evict the least recent
         del _CACHE[next(iter(_CACHE))]
     _CACHE[key] = plan
 

@@ -107,6 +107,22 @@ def test_kernel_cache_is_bounded(rng):
         assert runtime.cache_info()["entries"] <= 4
 
 
+def test_kernel_cache_evicts_the_least_recently_used(rng):
+    x = ft.asarray(rng.standard_normal(3))
+    with ft.options(max_cached_kernels=3):
+        ft.clear_cache()
+        ft.cos(x).numpy()  # A
+        ft.sin(x).numpy()  # B
+        ft.cos(x).numpy()  # A again: now the most recent
+        ft.exp(x).numpy()  # C
+        ft.tanh(x).numpy()  # D: evicts B, not A
+        ft.reset_stats()
+        ft.cos(x).numpy()
+        assert ft.stats()["compiles"] == 0
+        ft.sin(x).numpy()
+        assert ft.stats()["compiles"] == 1
+
+
 def test_concurrent_evaluation_from_8_threads(rng):
     data = [rng.standard_normal((16, 8)) for _ in range(8)]
     errors: list[BaseException] = []

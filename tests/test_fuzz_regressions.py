@@ -31,3 +31,20 @@ def test_fuzz_smoke_200_trees():
         rng = np.random.default_rng(10_000 + seed)
         shape = tuple(int(s) for s in rng.integers(1, 5, size=int(rng.integers(0, 4))))
         check_tree(random_tree(rng, shape), None)
+
+
+def test_minimizer_keeps_the_failing_part(monkeypatch):
+    import fuzz
+
+    def fake_check(tree, device):  # "fusetree is wrong on sqrt": the minimized tree must keep a sqrt
+        if "sqrt" in fuzz.describe(tree):
+            raise AssertionError("mismatch")
+
+    monkeypatch.setattr(fuzz, "check_tree", fake_check)
+    for seed in range(100):
+        t = fuzz.random_tree(np.random.default_rng(seed), (2, 3))
+        if "sqrt" in fuzz.describe(t) and len(fuzz.describe(t)) > 80:
+            m = fuzz.minimize(t, "cpu")
+            assert fuzz.describe(m).startswith("sqrt(") and len(fuzz.describe(m)) < len(fuzz.describe(t))
+            return
+    pytest.fail("no tree with a sqrt drawn")
