@@ -86,13 +86,9 @@ class _Recorder:
             else:
                 data = leaf.data if leaf.op == "buffer" else runtime.compute_matmul(leaf)
                 args.append(("b", self.desc(data), leaf.layout))
-        out_descs: list[Any] = []
-        for t, o in zip(targets, outs):
-            if t is None:
-                out_descs.append(("new", self._add_root(o), tuple(o.shape), o.dtype))
-            else:
-                out_descs.append(("view", self.desc(o)))
-        self.plan.ops.append(("kernel", plan, args, out_descs, tuple(layouts), tuple(shape)))
+        self.plan.ops.append(
+            ("kernel", plan, args, self._out_descs(targets, outs), tuple(layouts), tuple(shape))
+        )
 
     def frame_kernel(self, be: Any, plan: Any, leaves: Any, datas: Any, maps: Any, targets: Any, outs: Any,
                      omaps: Any, geometry: tuple) -> None:  # fmt: skip
@@ -102,13 +98,16 @@ class _Recorder:
                 args.append(("s", be.scalar_arg(leaf)))
             else:
                 args.append(("b", self.desc(data), m))
-        out_descs: list[Any] = []
-        for t, o in zip(targets, outs):
-            if t is None:
-                out_descs.append(("new", self._add_root(o), tuple(o.shape), o.dtype))
-            else:
-                out_descs.append(("view", self.desc(o)))
-        self.plan.ops.append(("frame", plan, args, out_descs, tuple(omaps), tuple(geometry)))
+        self.plan.ops.append(
+            ("frame", plan, args, self._out_descs(targets, outs), tuple(omaps), tuple(geometry))
+        )
+
+    def _out_descs(self, targets: Any, outs: Any) -> list[Any]:
+        """Fresh outputs become new roots; outputs written into targets are views."""
+        return [
+            ("new", self._add_root(o), tuple(o.shape), o.dtype) if t is None else ("view", self.desc(o))
+            for t, o in zip(targets, outs)
+        ]
 
     def gemm(self, be: Any, operands: list[Any], out: Any) -> None:
         descs = [self.desc(x) for x in operands]
@@ -236,30 +235,16 @@ class JitFunction:
             if kind == "kernel":
                 _, kplan, adescs, odescs, layouts, shape = op
                 flat = kplan.spec.flat
-                kargs: list[Any] = []
-                for a in adescs:
-                    if a[0] == "s":
-                        kargs.append(a[1])
-                    else:
-                        d = a[1]
-                        kargs.extend(
-                            be.bind_view(roots[d.root], d.offset, d.shape, d.strides, d.dtype, a[2], flat)
-                        )
+                kargs = _bind_args(adescs, roots, lambda r, d, lay: be.bind_view(
+                    r, d.offset, d.shape, d.strides, d.dtype, lay, flat))  # fmt: skip
                 outs = _outputs(be, roots, odescs, fixed is not None)
                 be.launch(kplan, kargs, outs, layouts, shape)
                 st["launches"] += 1
                 st["kernels"] += 1
             elif kind == "frame":
                 _, kplan, adescs, odescs, omaps, geometry = op
-                kargs = []
-                for a in adescs:
-                    if a[0] == "s":
-                        kargs.append(a[1])
-                    else:
-                        d = a[1]
-                        kargs.extend(
-                            be.bind_frame_view(roots[d.root], d.offset, d.shape, d.strides, d.dtype, a[2])
-                        )
+                kargs = _bind_args(adescs, roots, lambda r, d, smap: be.bind_frame_view(
+                    r, d.offset, d.shape, d.strides, d.dtype, smap))  # fmt: skip
                 outs = _outputs(be, roots, odescs, fixed is not None)
                 be.launch_frame(kplan, kargs, outs, list(omaps), geometry)
                 st["launches"] += 1
@@ -288,6 +273,18 @@ class JitFunction:
             else:
                 results.append(Array(ir.make_buffer(_as_array(be, roots, d), plan.device)))
         return results[0] if plan.single else tuple(results)
+
+
+def _bind_args(adescs: list, roots: list[Any], bind: Any) -> list[Any]:
+    """Kernel arguments of recorded inputs: scalars as recorded, buffers rebound on ``roots``
+    by ``bind(root, desc, layout or stride map)``."""
+    args: list[Any] = []
+    for a in adescs:
+        if a[0] == "s":
+            args.append(a[1])
+        else:
+            args.extend(bind(roots[a[1].root], a[1], a[2]))
+    return args
 
 
 def _outputs(be: Any, roots: list[Any], odescs: list, fixed: bool = False) -> list[Any]:
