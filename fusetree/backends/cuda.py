@@ -498,14 +498,17 @@ class CUDABackend(Backend):
         else:
             args.extend(shape)
         args.append(n)
+        self._launch(k, args, min((n + k.block - 1) // k.block, k.max_blocks), k.block)
+
+    def _launch(self, k: CUDAKernel, args: list, grid: int, block: int) -> None:
+        """Pack ``args`` into the kernel's parameter buffer and launch on CuPy's current stream."""
         k.packer.pack_into(k.buf, 0, *args)
-        grid = min((n + k.block - 1) // k.block, k.max_blocks)
         stream = _current_stream().ptr
-        res = self.driver.launch_fn(k.func, grid, 1, 1, k.block, 1, 1, 0, stream, k.args, None)
+        res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, k.args, None)
         if res != 0:
             if res == 201:  # no current context on this thread: make CuPy's current and retry
                 self.driver.lib.cuCtxSetCurrent(self.ctx)
-                res = self.driver.launch_fn(k.func, grid, 1, 1, k.block, 1, 1, 0, stream, k.args, None)
+                res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, k.args, None)
             self.driver.check(res, f"cuLaunchKernel({k.name})")
 
     # -- reduction kernels --------------------------------------------------------------------
@@ -526,9 +529,7 @@ class CUDABackend(Backend):
     def launch_frame(self, plan: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
         k: CUDAKernel = plan.kernel
         for o, m in zip(outs, smaps):
-            item = o.itemsize
-            args.append(o.data.ptr)
-            args.extend(mapped([s // item for s in o.strides], m))
+            args.extend(self.bind_frame(o, m))
         nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
         tpr = config.current.reduce_threads or pow2_at_least(-(-clen // 16))
         tpr = min(tpr, k.max_threads)
@@ -536,14 +537,7 @@ class CUDABackend(Backend):
         grid = max(1, min(-(-nkeep // (block // tpr)), self.sms * 16))
         args.extend(geometry)
         args.append(tpr)
-        k.packer.pack_into(k.buf, 0, *args)
-        stream = _current_stream().ptr
-        res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, k.args, None)
-        if res != 0:
-            if res == 201:
-                self.driver.lib.cuCtxSetCurrent(self.ctx)
-                res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, k.args, None)
-            self.driver.check(res, f"cuLaunchKernel({k.name})")
+        self._launch(k, args, grid, block)
 
     # -- GEMM --------------------------------------------------------------------------------
     def _blas(self) -> CuBLAS:
