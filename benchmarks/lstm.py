@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))
 
-from lstm_ref import NumpyXP, lstm_layer, lstm_step, make_inputs, reference, rel_err
+from lstm_ref import NumpyXP, lstm_cell, lstm_layer, lstm_step, make_inputs, reference, rel_err
 
 import fusetree as ft
 
@@ -142,16 +142,6 @@ def _unfused(step):
     return run
 
 
-def cell(gates, c, xp):
-    H = c.shape[1]
-    i = xp.sigmoid(gates[:, :H])
-    f = xp.sigmoid(gates[:, H : 2 * H])
-    o = xp.sigmoid(gates[:, 2 * H : 3 * H])
-    g = xp.tanh(gates[:, 3 * H :])
-    c2 = f * c + i * g
-    return o * xp.tanh(c2), c2
-
-
 def cpu_cell_modes(gates, c):
     def fusetree_mode(fuse: bool):
         def make():
@@ -159,7 +149,7 @@ def cpu_cell_modes(gates, c):
 
             def step():
                 with ft.options(fuse=fuse):
-                    h2, c2 = cell(fg, fc, ft)
+                    h2, c2 = lstm_cell(fg, fc, ft)
                     ft.evaluate(h2, c2)
                 return h2, c2
 
@@ -170,7 +160,7 @@ def cpu_cell_modes(gates, c):
     return {
         "fusetree": fusetree_mode(True),
         "fusetree-unfused": fusetree_mode(False),
-        "numpy": lambda: lambda: cell(gates, c, NumpyXP),
+        "numpy": lambda: lambda: lstm_cell(gates, c, NumpyXP),
     }
 
 
@@ -463,7 +453,7 @@ def run(args) -> list[Record]:
             # gates with the spread of real pre-activations, drawn without a GEMM (see above)
             gates = (rng.standard_normal((B, 4 * H)) * 1.5).astype(np.float32)
             g64 = gates.astype(np.float64)
-            hr_c, cr_c = cell(g64, c.astype(np.float64), NumpyXP)
+            hr_c, cr_c = lstm_cell(g64, c.astype(np.float64), NumpyXP)
             for name, make in cpu_cell_modes(gates, c).items():
                 fn = make()
                 h2, c2 = fn()
