@@ -282,25 +282,9 @@ def frame_of(r: Node) -> Frame:
     return r.args[0].shape, r.attrs[1]
 
 
-def _tops(root: Node) -> list[Node]:
-    """Reductions reachable from ``root`` without passing through another reduction."""
-    out: list[Node] = []
-    seen: set[int] = set()
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if id(n) in seen or n.is_leaf:
-            continue
-        seen.add(id(n))
-        if n.op == "reduce":
-            out.append(n)
-            continue
-        if ir.has_reduce(n):
-            stack.extend(reversed(n.args))
-    return out
-
-
-def _reduces(root: Node) -> list[Node]:
+def _reductions(root: Node, top: bool = False) -> list[Node]:
+    """Reductions in ``root``'s tree; with ``top``, only those reachable without passing through
+    another reduction."""
     out: list[Node] = []
     seen: set[int] = set()
     stack = [root]
@@ -311,14 +295,22 @@ def _reduces(root: Node) -> list[Node]:
         seen.add(id(n))
         if n.op == "reduce":
             out.append(n)
-        stack.extend(n.args)
+            if top:
+                continue
+        stack.extend(reversed(n.args))
     return out
+
+
+def frame_sizes(frame: Frame) -> tuple[int, int]:
+    """(rows, row length) of a frame."""
+    full, axes = frame
+    return math.prod(s for d, s in enumerate(full) if d not in axes), math.prod(full[d] for d in axes)
 
 
 def _choose(root: Node) -> Frame | None:
     if root.op == "reduce":
         return frame_of(root)
-    for r in _tops(root):
+    for r in _reductions(root, top=True):
         full, axes = frame_of(r)
         if root.shape == full or root.shape in row_shapes(full, axes):
             return full, axes
@@ -409,13 +401,11 @@ def _stage2(r: Node, chunks: int) -> Node:
 
 
 def _two_stage(root: Node, frame: Frame, be: Any) -> dict[int, Node]:
-    full, axes = frame
-    nrows = math.prod(s for d, s in enumerate(full) if d not in axes)
-    rowlen = math.prod(full[d] for d in axes)
-    chunks = be.frame_chunks(nrows, rowlen)
+    full = frame[0]
+    chunks = be.frame_chunks(*frame_sizes(frame))
     if chunks <= 1:
         return {}
-    reds = [r for r in _reduces(root) if frame_of(r) == frame]
+    reds = [r for r in _reductions(root) if frame_of(r) == frame]
     first = [r for r in reds if not ir.has_reduce(r.args[0]) and REDUCTIONS[r.attrs[0]].two_stage]
     if root.shape != full and len(first) == len(reds):
         return {id(r): _stage2(r, chunks) for r in first}  # row-level result: stage 2 fuses the rest
@@ -431,7 +421,7 @@ def prepare(root: Node) -> tuple[Node, Frame | None]:
             return root, None
         frame = _choose(root)
         if frame is None:
-            subs = {id(r): materialize(r) for r in _tops(root)}
+            subs = {id(r): materialize(r) for r in _reductions(root, top=True)}
         else:
             subs = _incompatible(root, frame)
             if not subs:
@@ -493,9 +483,10 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
     new, frame = prepare(root)
     if new is not root:
         # the tree changed: its live subexpressions are computed on their own
-        first = runtime.run([new], [(0, ())], device, shape, [targets[0]]) if frame is None else None
-        if first is None:
-            first = _run_frame(new, frame, [(0, ())], [targets[0]])  # type: ignore[arg-type]
+        if frame is None:
+            first = runtime.run([new], [(0, ())], device, shape, [targets[0]])
+        else:
+            first = _run_frame(new, frame, [(0, ())], [targets[0]])
         rest = [runtime.run([fuser.node_at(root, p)], [(0, ())], device, shape, [t])[0]
                 for (_, p), t in zip(paths[1:], targets[1:])]  # fmt: skip
         return first + rest
@@ -531,8 +522,7 @@ def _run_frame(root: Node, frame: Frame, paths: Sequence[tuple[int, tuple]], tar
             )
         plan = runtime._compile(be, spec)
         runtime._store(key, plan)
-    nrows = math.prod(s for d, s in enumerate(full) if d not in axes)
-    rowlen = math.prod(full[d] for d in axes)
+    nrows, rowlen = frame_sizes(frame)
     if partial:
         outs = [
             be.empty(root.shape + (partial,), plan.spec.outs[0].dtype) if targets[0] is None else targets[0]
