@@ -1,6 +1,13 @@
-"""Differential fuzzing: random expression DAGs evaluated by fusetree and by NumPy, compared.
+"""Differential fuzzing: random expression DAGs (or whole programs, in every execution mode)
+evaluated by fusetree and by NumPy, compared.
 
-    python benchmarks/fuzz.py --n 2000 [--device cpu|cuda|cuda-sim] [--seed S]
+    python benchmarks/fuzz.py --n 2000 [--device cpu|cuda|cuda-sim] [--seed S] [--jobs J]
+    python benchmarks/fuzz.py --programs --n 2000 [--narrow] [--modes eager,unfused,jit,graph]
+
+``--programs`` runs random programs (tests/programs.py: stores through views, augmented
+assignments, element reads, reductions, GEMMs) eagerly, unfused, under ft.jit and
+ft.jit(graph=True), and compares every array they touch, the caller's included; a mismatch is
+minimized (statements dropped while it persists) and saved with the program's source.
 
 Trees share subexpressions, broadcast, read views with steps and negative steps, mix dtypes and
 Python scalars (NaN, inf, -0.0 included). A mismatch prints the seed that reproduces it and is saved
@@ -16,12 +23,14 @@ import os
 import sys
 import time
 import traceback
+from typing import Any
 
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
+import programs
 from test_random_trees import BINARY, DTYPES, LEAF_BINARY, LEAF_UNARY, SMOOTH_UNARY, SPECIAL, check_tree
 
 EDGES = False  # --edges: integer leaves also hold their dtype's extreme values (wrap-around, INT_MIN // -1)
@@ -159,8 +168,38 @@ def fuzz_range(device: str, start: int, n: int, edges: bool = False) -> list[dic
     return failures
 
 
-def _work(job: tuple[str, int, int, bool]) -> list[dict]:
+def fuzz_programs(
+    device: str, start: int, n: int, narrow: bool, modes: tuple[str, ...]
+) -> tuple[int, list[dict]]:
+    """Programs ``start .. start+n-1`` in ``modes`` on ``device``: (comparisons, mismatches)."""
+    failures = []
+    compared = 0
+    for seed in range(start, start + n):
+        prog = programs.random_program(seed, narrow=narrow)
+        try:
+            compared += sum(programs.check_program(prog, modes, device).values())
+        except Exception as e:
+            small = programs.minimize(prog, modes, device) if isinstance(e, AssertionError) else prog
+            failures.append(
+                {
+                    "seed": seed,
+                    "narrow": narrow,
+                    "error": f"{type(e).__name__}: {e}"[:500],
+                    "trace": traceback.format_exc()[-1500:],
+                    "program": programs.describe(prog),
+                    "minimized": programs.describe(small),
+                }
+            )
+            print(f"MISMATCH program seed={seed}: {type(e).__name__}: {str(e)[:200]}", file=sys.stderr)
+    return compared, failures
+
+
+def _work(job: tuple) -> list[dict]:
     return fuzz_range(*job)
+
+
+def _work_programs(job: tuple) -> tuple[int, list[dict]]:
+    return fuzz_programs(*job)
 
 
 def main(argv=None) -> int:
@@ -170,25 +209,42 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--jobs", type=int, default=1, help="worker processes (each compiles its own kernels)")
     p.add_argument("--edges", action="store_true", help="integer extreme values in the leaves")
+    p.add_argument("--programs", action="store_true", help="random programs in every execution mode")
+    p.add_argument("--narrow", action="store_true", help="programs: few ops, shallow trees (cache hits)")
+    p.add_argument("--modes", default=",".join(programs.MODES), help="programs: modes to run")
     args = p.parse_args(argv)
+    modes = tuple(args.modes.split(","))
     t0 = time.time()
+    per = -(-args.n // max(args.jobs, 1))
+    starts = [(args.seed + k * per, min(per, args.n - k * per)) for k in range(max(args.jobs, 1))]
+    starts = [(a, n) for a, n in starts if n > 0]
+    if args.programs:
+        jobs: list[tuple] = [(args.device, a, n, args.narrow, modes) for a, n in starts]
+        work: Any = _work_programs
+    else:
+        jobs = [(args.device, a, n, args.edges) for a, n in starts]
+        work = _work
     if args.jobs <= 1:
-        failures = fuzz_range(args.device, args.seed, args.n, args.edges)
+        results = [work(j) for j in jobs]
     else:
         import multiprocessing as mp
 
-        per = -(-args.n // args.jobs)
-        jobs = [
-            (args.device, args.seed + k * per, min(per, args.n - k * per), args.edges)
-            for k in range(args.jobs)
-        ]
         with mp.get_context("spawn").Pool(args.jobs) as pool:
-            failures = [f for part in pool.map(_work, [j for j in jobs if j[2] > 0]) for f in part]
+            results = pool.map(work, jobs)
+    if args.programs:
+        compared = sum(r[0] for r in results)
+        failures = [f for r in results for f in r[1]]
+    else:
+        failures = [f for part in results for f in part]
     dt = time.time() - t0
-    print(f"fuzz: {args.n} trees on {args.device}{' (integer edges)' if args.edges else ''}, "
-          f"{len(failures)} mismatches, {dt:.0f} s")  # fmt: skip
+    if args.programs:
+        print(f"fuzz: {args.n} programs{' (narrow)' if args.narrow else ''} on {args.device} in modes "
+              f"{','.join(modes)}: {compared} arrays compared, {len(failures)} mismatches, {dt:.0f} s")  # fmt: skip
+    else:
+        print(f"fuzz: {args.n} trees on {args.device}{' (integer edges)' if args.edges else ''}, "
+              f"{len(failures)} mismatches, {dt:.0f} s")  # fmt: skip
     for f in failures[:20]:
-        print(f"  seed {f['seed']}: {f['error'][:120]}\n    minimized: {f['minimized'][:300]}")
+        print(f"  seed {f['seed']}: {f['error'][:160]}\n    minimized:\n{f['minimized'][:600]}")
     if failures:
         with open("fuzz_failures.json", "w") as f:
             json.dump(failures, f, indent=1)

@@ -125,6 +125,10 @@ def cast(expr: str, src: np.dtype, dst: np.dtype) -> str:
         return expr
     if dst.kind == "b":
         return f"({expr} != 0)"
+    if src.kind == "f" and dst.kind in "iu" and dst.itemsize < 8 and dst != np.int32:
+        # out-of-range float -> small integer is undefined in C; NumPy's loops (x86-64) convert
+        # through a wide signed integer and wrap (-1.5 -> uint16 65535): do the same
+        return f"{dtypes.CTOR[dst]}(int64({expr}))"
     return f"{dtypes.CTOR[dst]}({expr})"
 
 
@@ -184,7 +188,9 @@ def op_value(o: OpSpec, args: list[str], regs: list[np.dtype], descs: list) -> t
     operands = [cast(a, rg, operand_dtype(o.op, dd, o.dtype, k)) for k, (a, rg) in enumerate(zip(args, regs))]
     out_reg = dtypes.register(o.dtype)
     kind = operand_dtype(o.op, dd, o.dtype, 0).kind if d.operands in ("keep", "common") else out_reg.kind
-    expr = d.template_for(kind).format(*operands, T=dtypes.CTOR[out_reg], t=dtypes.SHORT[out_reg])
+    expr = d.template_for(kind).format(
+        *operands, T=dtypes.CTOR[out_reg], t=dtypes.SHORT[out_reg], bits=8 * out_reg.itemsize
+    )
     value = convert(expr, out_reg)
     if o.dtype == np.float16:  # computed in float32, rounded to float16 like NumPy's result
         value = f"f16_round({value})"

@@ -48,6 +48,17 @@ class _Plan:
     single: bool = False
     graph: Any = None  # a _Graph once captured (ft.jit(graph=True) on CUDA)
 
+    @property
+    def written_inputs(self) -> tuple[int, ...]:
+        """Indices of the array arguments the plan writes into (``out[...] = ...``, ``x += 1``)."""
+        roots: set[int] = set()
+        for op in self.ops:
+            if op[0] in ("kernel", "frame"):
+                roots.update(o[1].root for o in op[3] if o[0] == "view")
+            elif op[0] == "copy":
+                roots.add(op[1].root)
+        return tuple(sorted(r for r in roots if r < self.n_inputs))
+
 
 class _Recorder:
     def __init__(self, device: str, inputs: list[Any]) -> None:
@@ -119,14 +130,23 @@ class _Recorder:
 
 
 def _signature(args: tuple) -> tuple:
+    """Device, shape, dtype and strides of each array argument, the hashable values, and how the
+    arrays' memory overlaps (which earlier argument, at what byte offset): a replay is valid for
+    exactly the calls whose arguments overlap the same way."""
     sig: list[Any] = []
-    ptrs: dict[int, int] = {}
+    spans: list[tuple[int, int, int]] = []  # (lo, hi, ptr) per array argument
     for a in args:
         if isinstance(a, Array):
             runtime.realize([a])
             d = a._node.data
-            p = backends.get(a.device).ptr(d)
-            sig.append(("array", a.device, d.shape, d.dtype.str, d.strides, ptrs.setdefault(p, len(ptrs))))
+            be = backends.get(a.device)
+            p = be.ptr(d)
+            lo, hi = be.nbytes_span(d)
+            overlaps = tuple(
+                (j, p - pj) for j, (lo_j, hi_j, pj) in enumerate(spans) if lo < hi_j and lo_j < hi
+            )
+            spans.append((lo, hi, p))
+            sig.append(("array", a.device, d.shape, d.dtype.str, d.strides, overlaps))
         elif backends.device_of(a) is not None:
             x = asarray(a)
             return _signature(tuple(x if b is a else b for b in args))
@@ -156,7 +176,7 @@ class JitFunction:
         plan = self.plans.get(sig)
         if plan is None:
             return self._trace(sig, args)
-        if self.graph and plan.device == "cuda":
+        if self.graph:
             return self._graph_replay(plan, args)
         return self._replay(plan, args)
 
@@ -194,28 +214,37 @@ class JitFunction:
         return out if single else type(out)(items) if isinstance(out, tuple) else items
 
     def _graph_replay(self, plan: _Plan, args: tuple) -> Any:
-        """Copy the inputs into the graph's static buffers (skipped when they are those buffers)
-        and launch the graph. Outputs are the graph's static buffers: the next call overwrites
-        them (as with torch.cuda.graphs); copy what must survive."""
+        """Copy the inputs into the graph's static buffers (skipped when they are those buffers),
+        launch the graph, and copy the static buffers of arguments the function writes back into
+        the caller's arrays. Returned arrays the function allocated are the graph's static
+        buffers: the next call overwrites them (as with torch.cuda.graphs); copy what must
+        survive. A returned argument is the caller's array."""
         g = plan.graph
         if g is None:
             g = plan.graph = _capture(self, plan, args)
         be = backends.get(plan.device)
-        k = 0
-        for a in args:
-            if isinstance(a, Array):
-                d = a._node.data
-                s = g.inputs[k]
-                if be.ptr(d) != be.ptr(s):
-                    be.copy(s, d)
-                    runtime._stats["copies"] += 1
-                k += 1
-        g.exec.launch(be.xp.cuda.get_current_stream())
+        datas = [a._node.data for a in args if isinstance(a, Array)]
         st = runtime._stats
+        for d, s in zip(datas, g.inputs):
+            if be.ptr(d) != be.ptr(s):
+                be.copy(s, d)
+                st["copies"] += 1
+        g.launch()
+        for k in g.written:
+            d, s = datas[k], g.inputs[k]
+            if be.ptr(d) != be.ptr(s):
+                be.copy(d, s)
+                st["copies"] += 1
         st["replays"] += 1
         st["graph_launches"] += 1
         st["launches"] += 1
-        return g.results
+        results = []
+        for (desc, value), r in zip(plan.results, g.results):
+            if desc is not None and desc.root < plan.n_inputs:
+                results.append(Array(ir.make_buffer(_as_array(be, datas, desc), plan.device)))
+            else:
+                results.append(r if desc is not None else value)
+        return results[0] if plan.single else tuple(results)
 
     def _replay(self, plan: _Plan, args: tuple, fixed: list[Any] | None = None, count: bool = True) -> Any:
         """Re-launch the recorded ops on ``args``' memory. With ``fixed`` (a previous replay's
@@ -306,38 +335,85 @@ class _Graph:
 
     inputs: list[Any]  # static input arrays (the graph reads these)
     roots: list[Any]  # every buffer of the plan, kept alive with the graph
-    results: Any  # what a call returns (views of static buffers)
-    exec: Any  # cupy.cuda.Graph
+    results: list  # what a call returns: Arrays over static buffers (or Python values)
+    launch: Any  # runs the graph once on the current stream
+    written: tuple[int, ...] = ()  # arguments the graph writes: copied back after each launch
+    exec: Any = None  # the cupy.cuda.Graph (CUDA)
 
 
 def _capture(self: JitFunction, plan: _Plan, args: tuple) -> _Graph:
     be = backends.get(plan.device)
-    cp = be.xp
-    statics: list[Any] = []
+    datas = [a._node.data for a in args if isinstance(a, Array)]
+    statics, groups = _static_inputs(be, datas)
+    hit = {groups[k] for k in plan.written_inputs}  # overlapping arguments are copied back together
+    written = tuple(k for k in range(len(datas)) if groups[k] in hit)
     new_args = []
+    k = 0
     for a in args:
         if isinstance(a, Array):
-            d = a._node.data
-            lo, hi = be.nbytes_span(d)
-            buf = cp.empty(hi - lo, np.uint8)
-            v = be.view(buf, be.ptr(d) - lo, tuple(d.shape), tuple(d.strides), d.dtype)
-            v[...] = d
-            statics.append(v)
-            new_args.append(Array(ir.make_buffer(v, a.device)))
+            new_args.append(Array(ir.make_buffer(statics[k], a.device)))
+            k += 1
         else:
             new_args.append(a)
     self._replay(plan, tuple(new_args), count=False)  # allocates every buffer the plan needs
     roots = self._last_roots
+    if plan.device != "cuda":
+        # no graphs on host devices: replay into the same fixed buffers, so graph=True behaves
+        # (static buffers, copies in and back) as it does on a GPU
+        fixed_args = tuple(new_args)
+
+        def launch() -> None:
+            self._replay(plan, fixed_args, fixed=roots, count=False)
+
+        first = self._replay(plan, fixed_args, fixed=roots, count=False)
+        results = [first] if plan.single else list(first)
+        return _Graph(statics, roots, results, launch, written)
+    cp = be.xp
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()
         try:
             results = self._replay(plan, tuple(new_args), fixed=roots, count=False)
+            results = [results] if plan.single else list(results)
         finally:
             graph = stream.end_capture()
     if hasattr(graph, "upload"):
         graph.upload(cp.cuda.get_current_stream())
-    return _Graph(statics, roots, results, graph)
+    return _Graph(statics, roots, results, lambda: graph.launch(cp.cuda.get_current_stream()), written,
+                  graph)  # fmt: skip
+
+
+def _static_inputs(be: Any, datas: list[Any]) -> tuple[list[Any], list[int]]:
+    """Private copies of the arguments for a graph to read and write. Arguments whose memory
+    overlaps share one buffer, laid out as the caller's (the signature fixes that layout), and
+    every copy keeps its original's address modulo 256 (alignment)."""
+    spans = [be.nbytes_span(d) for d in datas]
+    group = list(range(len(datas)))
+
+    def find(i: int) -> int:
+        while group[i] != i:
+            i = group[i]
+        return i
+
+    for i in range(len(datas)):
+        for j in range(i):
+            if spans[i][0] < spans[j][1] and spans[j][0] < spans[i][1]:
+                group[find(i)] = find(j)
+    lo: dict[int, int] = {}
+    hi: dict[int, int] = {}
+    for i, (a, b) in enumerate(spans):
+        r = find(i)
+        lo[r] = min(lo.get(r, a), a)
+        hi[r] = max(hi.get(r, b), b)
+    bufs = {r: be.xp.empty(hi[r] - lo[r] + 256, np.uint8) for r in lo}
+    statics = []
+    for i, d in enumerate(datas):
+        r = find(i)
+        pad = (lo[r] - be.ptr(bufs[r])) % 256
+        v = be.view(bufs[r], pad + be.ptr(d) - lo[r], tuple(d.shape), tuple(d.strides), d.dtype)
+        be.copy(v, d)
+        statics.append(v)
+    return statics, [find(i) for i in range(len(datas))]
 
 
 def _as_array(be: Any, roots: list[Any], d: _Desc) -> Any:
@@ -352,9 +428,11 @@ def jit(fn: Any = None, *, graph: bool = False) -> Any:
 
     With ``graph=True`` (CUDA), the second call captures the plan as a CUDA graph (GEMMs
     included, through fusetree's own cuBLAS handle) and every later call copies its inputs into
-    the graph's static buffers and launches the graph once. The arrays it returns are those static
-    buffers: the next call overwrites them. Graphs are freed with the jitted function. On the CPU
-    ``graph=True`` replays the plan as without it.
+    the graph's static buffers, launches the graph once, and copies the arguments the function
+    writes (``m[...] = ...``, ``x += 1``) back into the caller's arrays. The new arrays it returns
+    are static buffers: the next call overwrites them. Graphs are freed with the jitted function.
+    On host devices ``graph=True`` replays the plan into fixed buffers with the same semantics
+    (static buffers, copies in and back), so code can be checked there.
 
     >>> import numpy as np, fusetree as ft
     >>> @ft.jit

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import backends, config, dtypes, ir, runtime
-from .errors import DeviceError, ShapeError, UnsupportedError
+from .errors import DeviceError, DTypeError, ShapeError, UnsupportedError
 from .ir import Node
-from .ops import BINARY_OPERATORS, OPS, UNARY_OPERATORS, operand_dtype, result_dtype
+from .ops import BINARY_OPERATORS, INPLACE_OPERATORS, OPS, UNARY_OPERATORS, operand_dtype, result_dtype
 
 # Live, pending (unrealized) arrays: id -> weakref. Realizing a value also stores the live pending
 # values that are part of its kernel (same shape and device); see runtime.realize.
@@ -35,12 +35,18 @@ class Array:
     True
     """
 
-    __slots__ = ("__weakref__", "_node")
+    __slots__ = ("__weakref__", "_base", "_node", "_views")
     __array_priority__ = 100.0
     __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in NumPy
 
     def __init__(self, node: Node) -> None:
         self._node = node
+        # A view of a *pending* array is itself a lazy expression, but NumPy's semantics make it an
+        # alias: ``_base`` is (weakref to the viewed array, the view as a function of its memory),
+        # and the viewed array lists its live views in ``_views``. When the viewed array gets
+        # memory, its views become real views of it (runtime.realize / runtime.set_buffer).
+        self._base: tuple[Any, Callable[[Any], Any]] | None = None
+        self._views: list[Any] | None = None
         if node[0] != "buffer" and node[0] != "scalar":
             PENDING[id(self)] = _ref(self)
 
@@ -150,7 +156,9 @@ class Array:
     # -- views -----------------------------------------------------------------------------
     def __getitem__(self, key: Any) -> Array:
         shape = index_shape(key, self._node[2])
-        return Array(_view(self._node, lambda d: d[key], shape, "index", _view_key(key)))
+        vkey = view_index(key)
+        fn = lambda d: d[vkey]
+        return self._derive(_view(self._node, fn, shape, "index", _view_key(key)), fn)
 
     def transpose(self, *axes: Any) -> Array:
         if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], Sequence)):
@@ -160,7 +168,8 @@ class Array:
             shape = _dummy(self.shape).transpose(ax).shape
         except (ValueError, np.exceptions.AxisError) as e:
             raise ShapeError(f"transpose: axes {axes} do not fit shape {self.shape}: {e}") from None
-        return Array(_view(self._node, lambda d: d.transpose(ax), shape, "transpose"))
+        fn = lambda d: d.transpose(ax)
+        return self._derive(_view(self._node, fn, shape, "transpose"), fn)
 
     def reshape(self, *shape: Any) -> Array:
         if len(shape) == 1 and isinstance(shape[0], Sequence | np.ndarray):
@@ -173,7 +182,25 @@ class Array:
             v = be.reshape_view(d, new)
             return v if v is not None else be.xp.reshape(be.xp.ascontiguousarray(d), new)
 
-        return Array(_view(node, leaf_fn, new, "reshape"))
+        return self._derive(_view(node, leaf_fn, new, "reshape"), leaf_fn)
+
+    def _derive(self, node: Node, fn: Callable[[Any], Any]) -> Array:
+        """The Array of a view ``node`` of this array (``fn`` maps this array's memory to it)."""
+        v = Array(node)
+        if self._node[0] != "buffer" and node[0] != "buffer":
+            src: Array = self
+            base = self._base
+            if base is not None and base[0]() is not None:  # a view of a view: of the same array
+                src, fn0 = base[0](), base[1]
+                fn = _compose(fn, fn0)
+            v._base = (_ref(src), fn)
+            views = src._views
+            if views is None:
+                views = src._views = []
+            elif len(views) > 32:
+                views[:] = [r for r in views if r() is not None]
+            views.append(_ref(v))
+        return v
 
     def astype(self, dtype: Any) -> Array:
         dt = dtypes.check(dtype, "astype")
@@ -185,8 +212,36 @@ class Array:
     def __setitem__(self, key: Any, value: Any) -> None:
         index_shape(key, self.shape)
         runtime.realize([self])
-        target = self._node.data[key]
+        target = self._node.data[view_index(key)]
         runtime.assign(target, self.device, value)
+
+    def _inplace(self, name: str, other: Any) -> Array:
+        """``self <op>= other``: NumPy's ``ufunc(self, other, out=self, casting="same_kind")``.
+
+        Writes into this array's memory (aliases and the wrapped NumPy/CuPy buffer see the
+        result); a result dtype that cannot be cast to ``self.dtype`` with the same-kind rule
+        raises DTypeError before anything is written.
+        """
+        runtime.realize([self])  # first, so the value reads this array's memory as a buffer
+        value = matmul(self, other) if name == "matmul" else elementwise(name, self, other)
+        if not np.can_cast(value.dtype, self.dtype, casting="same_kind"):
+            raise DTypeError(
+                f"Cannot cast ufunc '{name}' output from dtype('{value.dtype}') to "
+                f"dtype('{self.dtype}') with casting rule 'same_kind' (in-place {name} on a "
+                f"{self.dtype} array)"
+            )
+        if value.shape != self.shape:
+            try:
+                ok = tuple(np.broadcast_shapes(value.shape, self.shape)) == self.shape
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ShapeError(
+                    f"non-broadcastable output operand with shape {self.shape} doesn't match the "
+                    f"broadcast shape {value.shape} (in-place {name})"
+                )
+        self[...] = value
+        return self
 
     # -- matmul ----------------------------------------------------------------------------
     def __matmul__(self, other: Any) -> Array:
@@ -273,6 +328,10 @@ class Array:
         return _red().all(self, axis, keepdims)
 
 
+def _compose(f: Callable[[Any], Any], g: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda d: f(g(d))
+
+
 def _red() -> Any:
     from . import reductions
 
@@ -292,6 +351,20 @@ for _m, _name in BINARY_OPERATORS.items():
     setattr(Array, _m, _binary(_name, False))
     if _m not in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
         setattr(Array, "__r" + _m[2:], _binary(_name, True))
+
+
+def _inplace_method(name: str) -> Callable[[Array, Any], Array]:
+    def method(self: Array, other: Any) -> Array:
+        if not _is_operand(other):
+            return NotImplemented  # type: ignore[return-value]
+        return self._inplace(name, other)
+
+    method.__name__ = f"__i{name}__"
+    return method
+
+
+for _m, _name in INPLACE_OPERATORS.items():
+    setattr(Array, _m, _inplace_method(_name))
 for _m, _name in UNARY_OPERATORS.items():
     setattr(Array, _m, lambda self, _n=_name: elementwise(_n, self))
 Array.__pos__ = lambda self: self  # type: ignore[attr-defined,operator]
@@ -444,6 +517,16 @@ def _dummy(shape: tuple[int, ...]) -> np.ndarray:
 
 
 _INT_TYPES = (int, np.integer)
+
+
+def view_index(key: Any) -> Any:
+    """``key`` such that indexing returns a *view*: NumPy turns an all-integer index into a scalar
+    copy, which would go stale after a write; ``a[0, 0, ...]`` is a 0-d view of the same memory."""
+    items = key if type(key) is tuple else (key,)
+    for k in items:
+        if k is Ellipsis:
+            return key
+    return (*items, Ellipsis)
 
 
 def _view_key(key: Any) -> tuple | None:

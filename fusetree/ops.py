@@ -105,6 +105,8 @@ _op("logical_not", 1, np.logical_not, "not {0}", operands="bool")
 _op("bitwise_and", 2, np.bitwise_and, "{0} & {1}")
 _op("bitwise_or", 2, np.bitwise_or, "{0} | {1}")
 _op("bitwise_xor", 2, np.bitwise_xor, "{0} ^ {1}")
+_op("left_shift", 2, np.left_shift, "ilshift({0}, {1}, {bits})")
+_op("right_shift", 2, np.right_shift, "irshift({0}, {1}, {bits})")
 _op("invert", 1, np.invert, {"b": "not {0}", "*": "~{0}"})
 # ---- unary arithmetic ----
 _op("negative", 1, np.negative, "-{0}")
@@ -152,10 +154,16 @@ BINARY_OPERATORS = {
     "__add__": "add", "__sub__": "subtract", "__mul__": "multiply", "__truediv__": "true_divide",
     "__floordiv__": "floor_divide", "__mod__": "remainder", "__pow__": "power",
     "__and__": "bitwise_and", "__or__": "bitwise_or", "__xor__": "bitwise_xor",
+    "__lshift__": "left_shift", "__rshift__": "right_shift",
     "__eq__": "equal", "__ne__": "not_equal", "__lt__": "less", "__le__": "less_equal",
     "__gt__": "greater", "__ge__": "greater_equal",
 }  # fmt: skip
 UNARY_OPERATORS = {"__neg__": "negative", "__abs__": "absolute", "__invert__": "invert"}
+# augmented assignments write in place (``a += b`` is ``add(a, b, out=a, casting="same_kind")``)
+INPLACE_OPERATORS = {
+    "__i" + m[2:]: op for m, op in BINARY_OPERATORS.items()
+    if m not in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__")
+} | {"__imatmul__": "matmul"}  # fmt: skip
 
 
 @lru_cache(maxsize=4096)

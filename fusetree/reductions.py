@@ -480,6 +480,8 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
                 outs[k] = v
         return outs
     root = roots[0]
+    if not ir.has_reduce(root):  # one of several roots realized together needs no reduction
+        return runtime.run([root], paths, device, shape, targets)
     new, frame = prepare(root)
     if new is not root:
         # the tree changed: its live subexpressions are computed on their own
@@ -506,7 +508,7 @@ def _run_frame(root: Node, frame: Frame, paths: Sequence[tuple[int, tuple]], tar
         olays = ("acc",)
     else:
         olays = tuple("full" if n.shape == full else "row" for n in nodes)
-    key = ("frame", be.cache_tag(), root.key, tuple(paths), olays, tuple(lays))
+    key = ("frame", be.cache_tag(), root.key, tuple(paths), olays, tuple(lays), len(full))
     plan = runtime.lookup(key)
     if plan is None:
         spec = fuser.spec_for(

@@ -94,21 +94,50 @@ def clear_cache() -> None:
 
 def _set_buffer(arr: Any, data: Any, device: str) -> None:
     arr._node = ir.make_buffer(data, device)
+    arr._base = None
     PENDING.pop(id(arr), None)
+    views = arr._views
+    if views is not None:  # live views of this array become views of its memory (NumPy aliasing)
+        arr._views = None
+        for ref in views:
+            v = ref()
+            if v is not None and v._node.op != "buffer" and v._base is not None and v._base[0]() is arr:
+                _set_buffer(v, v._base[1](data), device)
 
 
 def realize(arrays: Sequence[Any]) -> None:
-    """Make every array in ``arrays`` a buffer, in as few kernels as possible."""
+    """Make every array in ``arrays`` a buffer, in as few kernels as possible.
+
+    A pending view of a live pending array is realized as a view of that array's memory: the
+    viewed array is realized first (as NumPy would have computed it), so writes to either are
+    seen through the other.
+    """
     todo = [a for a in arrays if a._node.op != "buffer"]
     if not todo:
         return
     with _lock:
+        bases = [b for b in (_live_base(a) for a in todo) if b is not None]
+        if bases:
+            realize(bases)  # their views become buffers in _set_buffer
+            todo = [a for a in todo if a._node.op != "buffer"]
+            if not todo:
+                return
         for a in todo:
             if a._node.op == "matmul":
                 _set_buffer(a, compute_matmul(a._node), a._node.device)
         todo = [a for a in todo if a._node.op != "buffer"]
         for (device, shape), group in fuser.group_by_shape(todo).items():
             _realize_group(group, device, shape)
+
+
+def _live_base(a: Any) -> Any:
+    base = a._base
+    if base is None:
+        return None
+    b = base[0]()
+    if b is None:
+        a._base = None
+    return b
 
 
 def _unique_nodes(arrays: Sequence[Any]) -> tuple[list[Node], list[list[Any]]]:
@@ -135,10 +164,12 @@ def find_extras(
     cands: dict[int, list[Any]] = {}
     for k, ref in list(PENDING.items()):
         w = ref()
-        if w is None or w._node.is_leaf:
+        if w is None or w._node.op == "buffer":
             PENDING.pop(k, None)
             continue
         n = w._node
+        if n.op == "matmul":  # a pending GEMM is not inside an elementwise tree (but stays pending)
+            continue
         if id(w) in exclude or n.uid >= top or n.shape != shape or n.device != device or id(n) in root_ids:
             continue
         cands.setdefault(id(n), []).append(w)
@@ -218,7 +249,9 @@ def run(roots: Sequence[Node], paths: Sequence[tuple[int, tuple]], device: str, 
         layouts: tuple[str, ...] = _C1 if t0 is None else (_out_layout(t0),)
     else:
         layouts = tuple(["C" if t is None else _out_layout(t) for t in targets])
-    key = (be.cache_tag(), tuple([r[5] for r in roots]), sharing, tuple(paths), layouts)
+    # the rank is in the key: a tree of scalars broadcast to a strided target has no buffer leaf
+    # whose key would carry it
+    key = (be.cache_tag(), tuple([r[5] for r in roots]), sharing, tuple(paths), layouts, len(shape))
     plan = lookup(key)
     if plan is None:
         spec = fuser.spec_for(roots, paths, leaves, layouts, be.target, sharing)
@@ -405,4 +438,13 @@ def _copy(be: Any, target: Any, src: Any) -> None:
 
 
 def _reads(be: Any, n: Node, target: Any) -> bool:
-    return any(x.op == "buffer" and be.may_share_memory(x.data, target) for x in n.leaves)
+    """Whether pending ``n`` reads memory of ``target`` (through a buffer leaf or a pending GEMM's
+    operands)."""
+    for x in n.leaves:
+        if x.op == "buffer":
+            if be.may_share_memory(x.data, target):
+                return True
+        elif x.op == "matmul" and x.memo is None:
+            if any(a.op == "buffer" and be.may_share_memory(a.data, target) for a in x.args):
+                return True
+    return False

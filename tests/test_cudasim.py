@@ -54,6 +54,26 @@ checked += rc.check_patterns(D, rng, shape=(3, 10), dtypes=("float32", "float16"
 with ft.options(reduce_threads=64):  # several warps per row: the shared-memory exchange
     checked += rc.check_patterns(D, rng, shape=(2, 70), dtypes=("float32",))
 checked += rc.check_kinds(D, rng, [(2, 3, 4)], ["float32", "int16", "bool"])
+# in-place semantics on the CUDA target: element reads after writes, augmented assignment in place
+a = ft.zeros((2, 3), device=D)
+assert float(a[0, 0]) == 0.0
+a[...] = a + 1
+assert float(a[0, 0]) == 1.0 and a[1, 2].item() == 1.0
+a[0, 0] = 5
+assert a.numpy()[0, 0] == 5
+xb = np.arange(6.0)
+x = ft.asarray(xb, device=D)
+v = x[::2]
+v += 100
+x[1:] += x[:-1]
+ref = np.array([100, 1, 102, 3, 104, 5.0]); ref[1:] += ref[:-1].copy()
+np.testing.assert_array_equal(x.numpy(), ref)
+i = ft.asarray(np.arange(4), device=D)
+i <<= 3
+assert i.numpy().tolist() == [0, 8, 16, 24]
+import programs
+for seed in range(6):
+    checked += sum(programs.check_program(programs.random_program(seed, narrow=True), device=D).values())
 print("SIM OK", checked)
 """
 

@@ -269,3 +269,96 @@ def test_out_of_memory_is_a_clear_error_and_the_library_stays_usable():
     big = ft.asarray(cp.ones(4, np.float32))
     y = (ft.exp(big) * 2).numpy()  # the cache and the pool still work
     np.testing.assert_allclose(y, np.exp(np.ones(4)) * 2, rtol=1e-6)
+
+
+# -- in-place semantics (correctness issue) -----------------------------------------------------
+
+
+def test_graph_mode_in_place_updates_reach_the_callers_arrays(rng):
+    """An AdamW step over three tensors, arguments updated in place, as one CUDA graph."""
+    import cupy as cp
+
+    shapes = [(64, 33), (33,), (7, 5, 3)]
+    n = len(shapes)
+
+    def adamw(*a):
+        ps, ms, vs, gs, t = a[:n], a[n : 2 * n], a[2 * n : 3 * n], a[3 * n : 4 * n], a[-1]
+        for p, m, v, g in zip(ps, ms, vs, gs):
+            m[...] = 0.9 * m + 0.1 * g
+            v[...] = 0.999 * v + 0.001 * g * g
+            p -= 1e-2 * (m / (1 - 0.9**t)) / (ft.sqrt(v / (1 - 0.999**t)) + 1e-8) + 1e-4 * p
+        return ()
+
+    step = ft.jit(graph=True)(adamw)
+    P = [cp.asarray(rng.standard_normal(s).astype(np.float32)) for s in shapes]
+    M = [cp.zeros(s, np.float32) for s in shapes]
+    V = [cp.zeros(s, np.float32) for s in shapes]
+    P64 = [p.get().astype(np.float64) for p in P]
+    M64 = [np.zeros(s) for s in shapes]
+    V64 = [np.zeros(s) for s in shapes]
+    ft.reset_stats()
+    for _ in range(5):
+        G = [cp.asarray(rng.standard_normal(s).astype(np.float32)) for s in shapes]
+        step(*[ft.asarray(x) for x in P + M + V + G], 3)  # t is static: frozen at trace time
+        for p64, m64, v64, g in zip(P64, M64, V64, G):
+            g64 = g.get().astype(np.float64)
+            m64[...] = 0.9 * m64 + 0.1 * g64
+            v64[...] = 0.999 * v64 + 0.001 * g64 * g64
+            p64 -= 1e-2 * (m64 / (1 - 0.9**3)) / (np.sqrt(v64 / (1 - 0.999**3)) + 1e-8) + 1e-4 * p64
+        for x, x64 in zip(P + M + V, P64 + M64 + V64):
+            assert rel_err(x.get(), x64) < 1e-5
+    assert ft.stats()["graph_launches"] == 4
+
+
+def test_graph_mode_writes_arguments_in_place_every_call(rng):
+    import cupy as cp
+
+    @ft.jit(graph=True)
+    def step(p, m, g):
+        m[...] = 0.9 * m + g
+        p -= 0.1 * m
+        return p, m * 2
+
+    P, M = cp.ones(1000, np.float32), cp.zeros(1000, np.float32)
+    pp, mm = np.ones(1000), np.zeros(1000)
+    ft.reset_stats()
+    for _ in range(6):
+        G = cp.asarray(rng.standard_normal(1000).astype(np.float32))
+        rp, r2 = step(ft.asarray(P), ft.asarray(M), ft.asarray(G))
+        mm[...] = 0.9 * mm + G.get()
+        pp -= 0.1 * mm
+        assert rel_err(P.get(), pp) < 1e-6 and rel_err(M.get(), mm) < 1e-6
+        assert rp.data.data.ptr == P.data.ptr
+        assert rel_err(r2.numpy(), mm * 2) < 1e-6
+    assert ft.stats()["graph_launches"] == 5
+
+
+def test_element_reads_and_augmented_assignment_on_gpu():
+    import cupy as cp
+
+    a = ft.asarray(cp.zeros((2, 3)))
+    assert float(a[0, 0]) == 0.0
+    a[...] = a + 1
+    assert float(a[0, 0]) == 1.0 and a[1, 2].item() == 1.0
+    a[0, 0] = 5
+    assert float(a.data[0, 0]) == 5.0
+    buf = cp.arange(6.0)
+    x = ft.asarray(buf)
+    v = x[::2]
+    v += 100
+    x[1:] += x[:-1]
+    ref = np.array([100, 1, 102, 3, 104, 5.0])
+    ref[1:] += ref[:-1].copy()
+    np.testing.assert_array_equal(buf.get(), ref)
+    i = ft.asarray(cp.arange(4))
+    i <<= 3
+    assert i.numpy().tolist() == [0, 8, 16, 24]
+
+
+def test_program_fuzzer_every_mode_on_gpu():
+    import programs
+
+    total = 0
+    for seed in range(60):
+        total += sum(programs.check_program(programs.random_program(seed), device="cuda").values())
+    assert total > 60

@@ -26,7 +26,7 @@ from numba.extending import intrinsic
 
 from .. import config, dtypes
 from . import cuda_helpers
-from .base import Backend, mapped, store_product
+from .base import Backend, _Raw, mapped, store_product
 
 _F = np.float32
 _jit = njit(error_model="numpy", cache=False)
@@ -234,6 +234,9 @@ class CPUBackend(Backend):
         for o, buf in staged:
             np.copyto(o, buf, casting="unsafe")
 
+    def view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+        return host_view(root, offset, shape, strides, dtype)
+
     def bind_view(
         self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any, layout: str, flat: bool
     ) -> tuple:
@@ -295,18 +298,45 @@ def _frame_outputs(args: list, outs: list, smaps: list, widen: bool) -> list:
     return staged
 
 
-def _flat_view(v: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...], bool]:
-    """(1-D C array over v's memory, element offset of v[0,...,0], element strides, copied)."""
-    item = v.itemsize
+def _root_of(v: np.ndarray) -> np.ndarray:
     b = v
     while isinstance(b.base, np.ndarray):
         b = b.base
-    if b.dtype == v.dtype and b.flags.c_contiguous and b.size:
+    return b
+
+
+def _flat_view(v: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...], bool]:
+    """(1-D C array over v's memory, element offset of v[0,...,0], element strides, copied).
+
+    The 1-D array spans v's whole allocation (the root of its ``base`` chain, reinterpreted as
+    v's dtype when it holds another: a static graph buffer is bytes), so an offset and strides
+    recorded against one view may reach memory of the allocation outside it (overlapping
+    arguments of ft.jit)."""
+    item = v.itemsize
+    b = _root_of(v)
+    if b.flags.c_contiguous and b.size:
         off = v.__array_interface__["data"][0] - b.__array_interface__["data"][0]
         if off % item == 0 and all(s % item == 0 for s in v.strides):
-            return b.reshape(-1), off // item, tuple(s // item for s in v.strides), False
+            if b.dtype == v.dtype:
+                return b.reshape(-1), off // item, tuple(s // item for s in v.strides), False
+            raw = b.reshape(-1).view(np.uint8)
+            flat = raw[: raw.size - raw.size % item].view(v.dtype)
+            return flat, off // item, tuple(s // item for s in v.strides), False
     c = np.ascontiguousarray(v)  # unusual base (foreign buffer, odd strides): use a copy
     return c.reshape(-1), 0, tuple(s // item for s in c.strides), True
+
+
+def host_view(root: np.ndarray, offset: int, shape: tuple, strides: tuple, dtype: Any) -> np.ndarray:
+    """A view of host memory ``offset`` bytes from ``root``'s element 0 whose ``base`` chain leads
+    to ``root``'s allocation (see _flat_view)."""
+    b = _root_of(root)
+    start = root.__array_interface__["data"][0] - b.__array_interface__["data"][0] + offset
+    if b.flags.c_contiguous:
+        try:
+            return np.ndarray(shape, dtype, buffer=b, offset=start, strides=strides)
+        except (TypeError, ValueError):
+            pass
+    return np.asarray(_Raw(root, root.__array_interface__["data"][0] + offset, shape, strides, dtype))
 
 
 def make_backend() -> CPUBackend:

@@ -45,6 +45,22 @@ def ipow(a, b):  # type: ignore[no-untyped-def]
     return r
 
 
+def ilshift(a, b, bits):  # type: ignore[no-untyped-def]
+    # NumPy's npy_lshift: counts outside [0, bits) give 0
+    if b >= 0 and b < bits:
+        return a << b
+    return a ^ a  # zero of a's type (``a - a - 1`` would promote uint64 to float64 in numba)
+
+
+def irshift(a, b, bits):  # type: ignore[no-untyped-def]
+    # NumPy's npy_rshift: counts outside [0, bits) give -1 for negative a, else 0
+    if b >= 0 and b < bits:
+        return a >> b
+    if a < 0:
+        return ~(a ^ a)
+    return a ^ a
+
+
 def maximum(a, b):  # type: ignore[no-untyped-def]
     # NumPy: NaN propagates; on ties (0.0 vs -0.0) the second operand wins
     return a if (a > b or a != a) else b
@@ -81,7 +97,21 @@ def isfinite(x):  # type: ignore[no-untyped-def]
     return math.isfinite(x)
 
 
-GENERIC = [ifloordiv, imod, ipow, maximum, minimum, fmax, fmin, sign, ireciprocal, isinf, isfinite]
+GENERIC = [
+    ifloordiv,
+    imod,
+    ipow,
+    ilshift,
+    irshift,
+    maximum,
+    minimum,
+    fmax,
+    fmin,
+    sign,
+    ireciprocal,
+    isinf,
+    isfinite,
+]
 
 
 def sim_storage(dt: np.dtype) -> np.dtype:

@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import DeviceError
 from . import cuda_helpers
 from .base import Backend, mapped, pow2_at_least, store_product
-from .cpu import _flat_view, _frame_outputs
+from .cpu import _flat_view, _frame_outputs, host_view
 
 if "numba.cuda" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
     raise DeviceError(
@@ -50,6 +50,9 @@ class SimBackend(Backend):
         ns = dict(self.ns)
         exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
         return cuda.jit(ns[spec.name]), {}
+
+    def view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+        return host_view(root, offset, shape, strides, dtype)
 
     def bind(self, data: Any, layout: str, flat: bool) -> tuple:
         if flat or layout == "C":

@@ -1,0 +1,74 @@
+"""The mode fuzzer in CI: random programs eager, unfused, under ft.jit and ft.jit(graph=True), all
+compared with NumPy on every array they touch (tests/programs.py; larger runs:
+``python benchmarks/fuzz.py --programs``). The seeds below once found a bug (named)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from programs import MODES, check_program, describe, minimize, random_program
+
+# seed -> the bug it found
+REGRESSIONS = {
+    8: "a view of a pending value did not alias it: a write to the value was not seen through it",
+    11: "graph mode: overlapping arguments copied into separate static buffers",
+    15: "a pending GEMM reading a store's target was dropped from the pending set (unfused)",
+    16: "values realized together where one has a reduction and one has not",
+    42: "a view of a pending value: write through the value, read through the view",
+    70: "a tree of scalars stored into targets of different rank shared one kernel",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(REGRESSIONS))
+def test_program_regression(seed):
+    check_program(random_program(seed))
+
+
+N = int(os.environ.get("FUSETREE_FUZZ_PROGRAMS", "120"))
+
+
+def test_random_programs_in_every_mode():
+    base = int.from_bytes(os.urandom(3), "little")
+    print(f"program seeds {base}..{base + N - 1} (narrow) and {base}..{base + N // 4 - 1} (wide)")
+    total = 0
+    for k in range(N):
+        prog = random_program(base + k, narrow=True)
+        try:
+            total += sum(check_program(prog).values())
+        except AssertionError as e:
+            small = minimize(prog, MODES)
+            raise AssertionError(f"{e}\nprogram:\n{describe(prog)}\nminimized:\n{describe(small)}") from None
+    for k in range(N // 4):
+        prog = random_program(base + k)
+        try:
+            total += sum(check_program(prog).values())
+        except AssertionError as e:
+            raise AssertionError(f"{e}\nprogram:\n{describe(prog)}") from None
+    assert total > N  # every program compared arrays
+
+
+def test_minimizer_drops_statements_that_do_not_matter(monkeypatch):
+    import programs
+
+    def fake(p, modes=MODES, device="cpu"):  # "fusetree is wrong on softmax"
+        if any(s[0] == "softmax" for s in p.stmts):
+            raise AssertionError("mismatch")
+        return {}
+
+    monkeypatch.setattr(programs, "check_program", fake)
+    for seed in range(200):
+        p = random_program(seed)
+        if any(s[0] == "softmax" for s in p.stmts) and len(p.stmts) > 4:
+            m = programs.minimize(p, MODES)
+            assert any(s[0] == "softmax" for s in m.stmts) and len(m.stmts) < len(p.stmts)
+            return
+    pytest.fail("no program with a softmax drawn")
+
+
+def test_describe_is_readable():
+    text = describe(random_program(3))
+    assert text.startswith("# seed 3") and "a0" in text
+    assert np.random.default_rng(0)  # programs are deterministic in their seed
+    assert describe(random_program(3)) == text
