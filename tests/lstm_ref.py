@@ -56,3 +56,21 @@ def lstm_layer(X, h, c, Wx, Wh, b, Y, xp):
         Y[t] = h2
         h, c = Y[t], c2
     return Y, c
+
+
+def gru_step(x, h, Wx, Wh, bx, bh, xp):
+    """A GRU step (PyTorch's GRUCell formula, gate order r, z, n): 2 GEMMs + one elementwise cell."""
+    H = h.shape[1]
+    gx = x @ Wx + bx
+    gh = h @ Wh + bh
+    r = xp.sigmoid(gx[:, :H] + gh[:, :H])
+    z = xp.sigmoid(gx[:, H : 2 * H] + gh[:, H : 2 * H])
+    n = xp.tanh(gx[:, 2 * H :] + r * gh[:, 2 * H :])
+    return (1 - z) * n + z * h
+
+
+def make_gru_inputs(rng, B, H, dtype=np.float32):
+    x, h = (rng.standard_normal((B, H)).astype(dtype) for _ in range(2))
+    Wx, Wh = ((rng.standard_normal((H, 3 * H)) / np.sqrt(H)).astype(dtype) for _ in range(2))
+    bx, bh = ((rng.standard_normal(3 * H) * 0.1).astype(dtype) for _ in range(2))
+    return x, h, Wx, Wh, bx, bh

@@ -12,7 +12,7 @@ from fusetree.ops import OPS
 
 cuda = pytest.importorskip("numba.cuda")
 
-DTYPE_FOR = {"invert": "int32", "bitwise_and": "int32", "bitwise_or": "uint8", "bitwise_xor": "int8"}
+DTYPE_FOR = {"invert": "int32", "left_shift": "int64", "right_shift": "uint16", "bitwise_and": "int32", "bitwise_or": "uint8", "bitwise_xor": "int8"}
 
 
 def _ptx_params(ptx: str) -> int:
