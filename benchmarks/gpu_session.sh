@@ -4,7 +4,7 @@
 set -u
 export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 FUSETREE_CACHE_DIR=/tmp/ftcache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-parts=${*:-"env sanity tests launch bandwidth compile lstm"}
+parts=${*:-"env sanity tests host bandwidth compile lstm"}
 run() { local name=$1; shift; echo "=== $name"; local t=$SECONDS; timeout "${LIMIT:-300}" "$@" > "$OUT/$name.log" 2>&1; local rc=$?; echo "[$name rc=$rc $((SECONDS-t))s]"; tail -n "${TAILN:-25}" "$OUT/$name.log"; }
 for p in $parts; do
   case $p in
@@ -21,9 +21,10 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     gputests_quick) LIMIT=200 TAILN=10 run gputests_quick python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py tests/test_jit.py -k "lstm or interop or cache or float16 or random or jit or graph or in_place or element_reads or program_fuzzer or (add and float32) or (sigmoid and float32)";;
     fuzzprog) LIMIT=${FUZZ_LIMIT:-300} TAILN=15 run fuzzprog python3 benchmarks/fuzz.py --programs --device cuda --n ${FUZZ_N:-5000} --jobs ${FUZZ_JOBS:-12};;
     cputests) LIMIT=400 run cputests python3 -m pytest -q -p no:cacheprovider tests/test_lstm.py tests/test_cache.py tests/test_api.py;;
-    profile) TAILN=60 run profile python3 benchmarks/profile_step.py cuda 128x512;;
+    profile) TAILN=150 run profile python3 benchmarks/profile_step.py cuda 128x512;;
     gemm) run gemm python3 benchmarks/gemm_host.py;;
-    launch) run launch python3 benchmarks/launch_overhead.py;;
+    probe) LIMIT=60 TAILN=12 run probe python3 benchmarks/probe_graph.py;;
+    host) TAILN=40 run host python3 benchmarks/host_overhead.py --device cuda --json "$OUT/host_gpu.json";;
     bandwidth) TAILN=40 run bandwidth python3 benchmarks/bandwidth.py;;
     compile) run compile python3 benchmarks/compile_time.py;;
     bwu) for u in 1 2 4; do FUSETREE_CUDA_UNROLL=$u TAILN=8 run bandwidth_u$u python3 benchmarks/bandwidth.py --no-sweep; done;;
@@ -33,6 +34,7 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     reductions) LIMIT=400 TAILN=70 run reductions python3 benchmarks/reductions.py --device cuda --json "$OUT/reductions_gpu.json";;
     fuzz) LIMIT=${FUZZ_LIMIT:-300} TAILN=15 run fuzz python3 benchmarks/fuzz.py --device cuda --n ${FUZZ_N:-2000} --jobs ${FUZZ_JOBS:-12};;
     lstmseq) LIMIT=${SEQ_LIMIT:-300} TAILN=40 run lstmseq python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --modes fusetree,fusetree-jit,fusetree-graph,cupy-handwritten,torch-lstmcell,torch-compile --json "$OUT/lstm_seq_gpu.json";;
+    lstmh) LIMIT=300 TAILN=30 run lstmh python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --no-sequence --modes fusetree,fusetree-jit,fusetree-graph,cupy-unfused,cupy-handwritten,torch-lstmcell --json "$OUT/lstm_h.json";;
     lstmq) LIMIT=300 TAILN=45 run lstmq python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --modes fusetree,fusetree-jit,fusetree-unfused,cupy-unfused,cupy-fuse,cupy-handwritten,torch-eager,torch-lstmcell --json "$OUT/lstm_gpu.json";;
   esac
 done

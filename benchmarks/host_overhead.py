@@ -6,8 +6,8 @@ Rows (µs per call, median of repeats, device synchronized at the end of each ti
 excluded, small arrays so that host time is what is measured):
 
 * build: one op node (``a * b``, not evaluated); a 10-node tree;
-* engine phases on a prebuilt tree (fusetree.engine.phases): plan lookup (a hit), bind (arguments
-  packed), launch (one kernel);
+* engine phases of ``a*b+c`` (fusetree.engine.phases): building, plan lookup (a hit), output
+  allocation, binding, bind + launch, and realizing the prebuilt tree;
 * whole calls: ``ft.evaluate(a*b+c)`` (4096 elements), a 10-node tree built and launched, an LSTM and
   a GRU step (2 GEMMs + 1 fused kernel) eager, ``ft.jit`` replay of ``a*b+c`` and of the LSTM step;
 * peers in the same run: NumPy (CPU); CuPy ElementwiseKernel and RawKernel, torch eager and the
@@ -92,7 +92,7 @@ def run(device: str, quick: bool) -> list[dict]:
         xp_peer, peer_name = CupyXP, "cupy"
     else:
         conv = np.asarray
-        sync = lambda: None  # noqa: E731
+        sync = lambda: None
         xp_peer, peer_name = NumpyXP, "numpy"
     rng = np.random.default_rng(0)
     N = 4096
@@ -108,10 +108,10 @@ def run(device: str, quick: bool) -> list[dict]:
     row("build 10-node tree", "fusetree", t(lambda: ten(ft, fa, fb)))
 
     # -- engine phases on a prebuilt tree ---------------------------------------------------------
-    phases = getattr(getattr(ft, "engine", None), "phases", None)
-    if phases is not None:
-        for name, us in phases(lambda: fa * fb + fc, sync, n_calls, reps).items():
-            row(f"phase: {name} (a*b+c)", "fusetree", us)
+    from fusetree.engine.phases import phases
+
+    for name, us in phases(lambda: fa * fb + fc, sync, n_calls, reps).items():
+        row(f"phase: {name} (a*b+c)", "fusetree", us)
 
     # -- whole calls --------------------------------------------------------------------------------
     row("evaluate(a*b+c), 4096 f32", "fusetree", t(lambda: ft.evaluate(fa * fb + fc)), f"{peer_name} a*b+c")
@@ -153,11 +153,34 @@ def run(device: str, quick: bool) -> list[dict]:
     row(
         "10-node tree built + launched",
         f"{peer_name} 10 ops",
-        t(lambda: ten(xp_peer if device == "cuda" else np, A, B)),
+        t(lambda: ten(xp_peer, A, B)),
     )
 
     jabc = ft.jit(lambda a, b, c: a * b + c)
     row("jit replay a*b+c", "fusetree", t(lambda: jabc(fa, fb, fc)), f"{peer_name} a*b+c")
+    fo = ft.asarray(conv(np.zeros(N, np.float32)))
+
+    def ten_stores(a, b, o):
+        for _ in range(10):
+            o[...] = o * a + b  # one kernel each, written into an argument: nothing allocated
+        return ()
+
+    j10 = ft.jit(ten_stores)
+    us10 = t(lambda: j10(fa, fb, fo), max(50, n_calls // 4))
+    row("jit replay, 10 kernels (stores into an argument)", "fusetree", us10)
+    row(
+        "jit replay, per recorded kernel",
+        "fusetree",
+        us10 / 10,
+        "raw cuLaunchKernel (prepacked)" if device == "cuda" else None,
+    )
+    if device == "cuda":
+        jg = ft.jit(graph=True)(ten_stores)
+        row(
+            "jit graph replay, 10 kernels (stores into an argument)",
+            "fusetree",
+            t(lambda: jg(fa, fb, fo), max(50, n_calls // 4)),
+        )
 
     # -- recurrent steps --------------------------------------------------------------------------
     configs = [(16, 64)] if device == "cpu" else [(64, 512), (128, 512)]
@@ -233,10 +256,11 @@ def raw_driver_launch(rk, A, B, C, out, N):
 
 def table(rows: list[dict]) -> str:
     peers = {(r["case"], r["mode"]): r["us"] for r in rows}
+    by_mode = {r["mode"]: r["us"] for r in rows}
     out = ["| case | mode | µs | vs peer |", "|---|---|---:|---:|"]
     for r in rows:
-        p = peers.get((r["case"], r["peer"])) if r["peer"] else None
-        ratio = f"{r['us'] / p:.2f}× {r['peer']}" if p else ""
+        p = (peers.get((r["case"], r["peer"])) or by_mode.get(r["peer"])) if r["peer"] else None
+        ratio = f"{r['us'] / p:.2f}x {r['peer']}" if p else ""
         out.append(f"| {r['case']} | {r['mode']} | {r['us']:.2f} | {ratio} |")
     return "\n".join(out)
 

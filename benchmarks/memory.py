@@ -24,7 +24,7 @@ sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "test
 from lstm_ref import lstm_step, make_inputs
 
 import fusetree as ft
-from fusetree import runtime
+from fusetree import engine
 
 
 def rss_mb() -> float:
@@ -68,8 +68,8 @@ def main(argv=None) -> int:
             us = (now - last) / (every if k > 1 else 1) * 1e6
             last = now
             samples.append((k, rss_mb(), heap))
-            print(f"| {k} | {samples[-1][1]:.1f} | {heap:.2f} | {len(runtime.PENDING)} | "
-                  f"{runtime.cache_info()['entries']} | {dev:.2f} | {us:.0f} |")  # fmt: skip
+            print(f"| {k} | {samples[-1][1]:.1f} | {heap:.2f} | {len(engine.PENDING)} | "
+                  f"{engine.cache_info()['entries']} | {dev:.2f} | {us:.0f} |")  # fmt: skip
     base = samples[1] if len(samples) > 1 else samples[0]
     grow_rss, grow_heap = samples[-1][1] - base[1], samples[-1][2] - base[2]
     print(f"growth after warm-up: RSS {grow_rss:+.1f} MB, heap {grow_heap:+.2f} MB "

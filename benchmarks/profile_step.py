@@ -1,4 +1,8 @@
-"""Where the host time of one eager fusetree LSTM step goes (cProfile), on the current device."""
+"""Where the host time goes (cProfile), on the current device: an eager LSTM step, ``ft.evaluate(a*b+c)``
+and a jit replay of 10 stores.
+
+    python benchmarks/profile_step.py [cuda|cpu] [BxH] [lstm|abc|jit10]
+"""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import fusetree as ft
 def main() -> None:
     device = sys.argv[1] if len(sys.argv) > 1 else "cuda"
     B, H = (int(v) for v in (sys.argv[2] if len(sys.argv) > 2 else "128x512").split("x"))
+    cases = sys.argv[3].split(",") if len(sys.argv) > 3 else ["lstm", "abc", "jit10"]
     if device == "cuda":
         import cupy as cp
 
@@ -29,26 +34,43 @@ def main() -> None:
     x, h, c, Wx, Wh, b = (ft.asarray(conv(a)) for a in make_inputs(np.random.default_rng(0), B, H))
     st = [h, c]
 
-    def step():
+    def lstm() -> None:
         h2, c2 = lstm_step(x, st[0], st[1], Wx, Wh, b, xp=ft)
         ft.evaluate(h2, c2)
         st[0], st[1] = h2, c2
 
-    for _ in range(50):
-        step()
-    sync()
-    t = time.perf_counter()
-    for _ in range(300):
-        step()
-    sync()
-    print(f"{device} B{B} H{H}: {(time.perf_counter() - t) / 300 * 1e6:.1f} us/step")
-    pr = cProfile.Profile()
-    pr.enable()
-    for _ in range(300):
-        step()
-    sync()
-    pr.disable()
-    pstats.Stats(pr).sort_stats("tottime").print_stats(25)
+    a1, a2, a3 = (ft.asarray(conv(np.random.rand(4096).astype(np.float32))) for _ in range(3))
+
+    def abc() -> None:
+        ft.evaluate(a1 * a2 + a3)
+
+    def ten(p, q, o):
+        for _ in range(10):
+            o[...] = o * p + q
+        return ()
+
+    j10 = ft.jit(ten)
+
+    def jit10() -> None:
+        j10(a1, a2, a3)
+
+    for name in cases:
+        fn = {"lstm": lstm, "abc": abc, "jit10": jit10}[name]
+        for _ in range(50):
+            fn()
+        sync()
+        t = time.perf_counter()
+        for _ in range(300):
+            fn()
+        sync()
+        print(f"{device} {name} B{B} H{H}: {(time.perf_counter() - t) / 300 * 1e6:.1f} us/call")
+        pr = cProfile.Profile()
+        pr.enable()
+        for _ in range(300):
+            fn()
+        sync()
+        pr.disable()
+        pstats.Stats(pr).sort_stats("tottime").print_stats(14)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""evaluate / explain / DOT export: the user-facing entry points into the runtime."""
+"""evaluate / explain / DOT export: the user-facing entry points into the engine."""
 
 from __future__ import annotations
 
@@ -7,8 +7,13 @@ from typing import Any
 
 import networkx as nx
 
-from . import backends, codegen, fuser, graph, ir, runtime
-from .lazy import Array, asarray
+from . import backends, codegen, config, engine
+from .codegen import abi
+from .engine.realization import find_extras
+from .frontend import Array, asarray
+from .ir.node import merge_leaves
+from .schedule import graph, planner
+from .schedule.plan import GemmStep, KernelStep
 
 
 def evaluate(*arrays: Any) -> tuple[Array, ...]:
@@ -22,14 +27,14 @@ def evaluate(*arrays: Any) -> tuple[Array, ...]:
     >>> a.numpy().tolist(), b.numpy().tolist()
     ([2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 3.0])
     """
-    arrs = [a if isinstance(a, Array) else asarray(a) for a in arrays]
-    runtime.realize(arrs)
-    return tuple(arrs)
+    arrs = tuple(a if isinstance(a, Array) else asarray(a) for a in arrays)
+    engine.realize(arrs)
+    return arrs
 
 
 @dataclass
 class KernelInfo:
-    """One kernel group: its name, structural key, generated source (and PTX for CUDA)."""
+    """One kernel of a plan: its name, structural key, generated source (and PTX for CUDA)."""
 
     name: str
     key: str
@@ -42,14 +47,17 @@ class KernelInfo:
 
 @dataclass
 class Explanation:
-    """What realizing some values would run. ``str()`` lists GEMMs and kernels with their source."""
+    """What realizing some values would run. ``str()`` lists the plans' steps, GEMMs and kernels
+    with their source."""
 
     kernels: list[KernelInfo] = field(default_factory=list)
     gemms: list[str] = field(default_factory=list)
+    plans: list[str] = field(default_factory=list)
     graph: nx.DiGraph | None = None
 
     def __str__(self) -> str:
         out = [f"{len(self.gemms)} GEMM(s), {len(self.kernels)} fused kernel(s)"]
+        out += self.plans
         out += [f"GEMM {g}" for g in self.gemms]
         for k in self.kernels:
             out.append(f"--- kernel {k.name}: shape {k.shape}, {k.inputs} input(s), {k.outputs} output(s)")
@@ -60,8 +68,15 @@ class Explanation:
         return graph.to_dot(self.graph) if self.graph is not None else ""
 
 
+def _gemm_text(leaf: Any) -> str:
+    pairs = [f"{x.shape} @ {y.shape}" for x, y in zip(leaf.args[::2], leaf.args[1::2])]
+    how = " + ".join(pairs) + (" (second accumulates, beta=1)" if len(pairs) > 1 else "")
+    return f"{how} -> {leaf.shape} {leaf.dtype}"
+
+
 def explain(*arrays: Any, target: str | None = None) -> Explanation:
-    """Describe the kernels realizing ``arrays`` would launch, without running them.
+    """Describe what realizing ``arrays`` would launch - the plans the engine would run, their
+    GEMMs and kernels with generated source (and PTX for ``target="cuda"``) - without running.
 
     >>> import numpy as np, fusetree as ft
     >>> x = ft.asarray(np.ones((2, 3), np.float32))
@@ -72,48 +87,41 @@ def explain(*arrays: Any, target: str | None = None) -> Explanation:
     arrs = [a for a in arrays if isinstance(a, Array) and a._node.op != "buffer"]
     ex = Explanation()
     for a in arrs:
-        for leaf in a._node.leaves if a._node.op != "matmul" else (a._node,):
-            if leaf.op == "matmul" and leaf.memo is None:
-                pairs = [f"{x.shape} @ {y.shape}" for x, y in zip(leaf.args[::2], leaf.args[1::2])]
-                how = " + ".join(pairs) + (" (second accumulates, beta=1)" if len(pairs) > 1 else "")
-                ex.gemms.append(f"{how} -> {leaf.shape} {leaf.dtype}")
+        if a._node.op == "matmul" and a._node.memo is None:
+            ex.gemms.append(_gemm_text(a._node))
     elementwise = [a for a in arrs if a._node.op != "matmul"]
     ex.graph = to_networkx(*elementwise) if elementwise else nx.DiGraph()
-    for (device, shape), group in fuser.group_by_shape(elementwise).items():
+    groups: dict[tuple, list] = {}
+    for a in elementwise:
+        groups.setdefault((a._node.device, a._node.shape), []).append(a)
+    for (device, shape), group in groups.items():
         be = backends.get(device)
-        tgt = target or be.target
-        roots, _ = runtime._unique_nodes(group)
-        if any(ir.has_reduce(r) for r in roots):
-            for r in roots:
-                ex.kernels.append(_explain_reduction(r, tgt))
-            continue
-        extras = runtime.find_extras(roots, shape, device, {id(a) for a in group})
-        paths = [(i, ()) for i in range(len(roots))] + [(ri, p) for _, ri, p in extras]
-        if len(roots) == 1:
-            leaves, sharing = roots[0].leaves, None
-        else:
-            from .ir import merge_leaves
-
-            leaves, sharing = merge_leaves(tuple(roots))
-        spec = fuser.spec_for(roots, paths, leaves, ["C"] * len(paths), tgt, sharing)
-        storage, scalar_storage, ptx_fn = backends.codegen_target(tgt)
-        src, _ = codegen.render(spec, tgt, storage, scalar_storage)
-        ptx = ptx_fn(spec, src)[0] if ptx_fn is not None else None
-        ex.kernels.append(KernelInfo(spec.name, spec.key_text, shape, src, ptx, len(paths), len(leaves)))
+        tname = target or be.target.name
+        tgt, ptx_fn = backends.codegen_target(tname)
+        roots: list[Any] = []
+        for a in group:
+            if not any(a._node is r for r in roots):
+                roots.append(a._node)
+        extras = find_extras(roots, shape, device, group)
+        paths = [(i, ()) for i in range(len(roots))] + [(e.root, e.path) for e in extras]
+        leaves = merge_leaves(tuple(roots))[0]
+        opts = config.current
+        unroll = opts.cuda_unroll if tgt.cuda else 1
+        ptarget = planner.PlanTarget(tname, f"{tname}/explain", opts.max_kernel_params, be.frame_chunks,
+                                     lambda spec: abi.count(spec, tname))  # fmt: skip
+        plan = planner.plan(roots, paths, ["C"] * len(paths), leaves, shape, ptarget)
+        ex.plans.append(plan.describe())
+        for step in plan.steps:
+            if isinstance(step, GemmStep):
+                ex.gemms.append(_gemm_text(leaves[step.leaf]))
+            elif isinstance(step, KernelStep):
+                spec = step.spec
+                src, _ = codegen.render(spec, tgt, unroll)
+                ptx = ptx_fn(spec, src)[0] if ptx_fn is not None else None
+                kshape = shape if step.geometry is None else step.geometry[1]
+                ex.kernels.append(KernelInfo(spec.name, spec.key_text, kshape, src, ptx, len(spec.outs),
+                                             len(spec.leaves)))  # fmt: skip
     return ex
-
-
-def _explain_reduction(root: Any, tgt: str) -> KernelInfo:
-    from . import reductions
-
-    spec = reductions.frame_spec(root, tgt)
-    if spec is None:
-        return KernelInfo("(planned at run time)", "", root.shape,
-                          "# parts of this reduction tree are computed by kernels of their own first\n")  # fmt: skip
-    storage, scalar_storage, ptx_fn = backends.codegen_target(tgt)
-    src, _ = codegen.render(spec, tgt, storage, scalar_storage)
-    ptx = ptx_fn(spec, src)[0] if ptx_fn is not None else None
-    return KernelInfo(spec.name, spec.key_text, root.shape, src, ptx, 1, len(spec.leaves))
 
 
 def to_networkx(*arrays: Any) -> nx.DiGraph:

@@ -5,6 +5,8 @@ import pytest
 
 # Serial CPU kernels compile ~3x faster; tests that check parallel loops opt back in.
 os.environ.setdefault("FUSETREE_CPU_PARALLEL", "0")
+# the IR verifier checks every node built during the tests (and in their subprocesses)
+os.environ.setdefault("FUSETREE_VERIFY", "1")
 
 from hypothesis import HealthCheck, settings
 
@@ -36,19 +38,3 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def rng():
     return np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
-
-
-@pytest.fixture(autouse=True)
-def _verify_ir(monkeypatch):
-    """Run the IR verifier on every node built during a test."""
-    import fusetree.ir as ir
-
-    orig = ir.make_op
-
-    def checked(*a, **k):
-        n = orig(*a, **k)
-        ir.verify(n)
-        return n
-
-    monkeypatch.setattr(ir, "make_op", checked)
-    yield

@@ -15,6 +15,7 @@ class NumpyXP:
         return 1.0 / (1.0 + np.exp(-z))
 
     tanh = staticmethod(np.tanh)
+    exp = staticmethod(np.exp)
 
 
 def make_inputs(rng, B, H, dtype=np.float32):

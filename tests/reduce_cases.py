@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 import fusetree as ft
-from fusetree.ops import REDUCTIONS
+from fusetree.ir.ops import REDUCTIONS
 
 KINDS = tuple(REDUCTIONS)
 RTOL = {"float16": 4e-3, "float32": 3e-6, "float64": 1e-13}

@@ -52,7 +52,7 @@ def test_key_ignores_scalar_values_but_not_weakness(rng):
 
 WRITER = r"""
 import sys
-from fusetree.backends.cuda import read_disk_cache, write_disk_cache
+from fusetree.backends.diskcache import read_disk_cache, write_disk_cache
 d, who = sys.argv[1], sys.argv[2]
 bad = 0
 for k in range(300):
@@ -71,8 +71,6 @@ def test_concurrent_disk_cache_writers_never_corrupt(tmp_path):
     import subprocess
     import sys
 
-    pytest = __import__("pytest")
-    pytest.importorskip("cupy")
     env = dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     procs = [
         subprocess.Popen(
@@ -83,7 +81,7 @@ def test_concurrent_disk_cache_writers_never_corrupt(tmp_path):
     outs = [p.communicate(timeout=300)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert all("BAD 0" in o for o in outs), outs
-    from fusetree.backends.cuda import disk_cache_dir
+    from fusetree.backends.diskcache import disk_cache_dir
 
     os.environ["FUSETREE_CACHE_DIR"], saved = str(tmp_path / "new"), os.environ.get("FUSETREE_CACHE_DIR")
     try:

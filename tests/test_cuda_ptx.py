@@ -8,11 +8,18 @@ import numpy as np
 import pytest
 
 import fusetree as ft
-from fusetree.ops import OPS
+from fusetree.ir.ops import OPS
 
 cuda = pytest.importorskip("numba.cuda")
 
-DTYPE_FOR = {"invert": "int32", "left_shift": "int64", "right_shift": "uint16", "bitwise_and": "int32", "bitwise_or": "uint8", "bitwise_xor": "int8"}
+DTYPE_FOR = {
+    "invert": "int32",
+    "left_shift": "int64",
+    "right_shift": "uint16",
+    "bitwise_and": "int32",
+    "bitwise_or": "uint8",
+    "bitwise_xor": "int8",
+}
 
 
 def _ptx_params(ptx: str) -> int:

@@ -14,7 +14,7 @@ import sys, warnings
 import numpy as np
 sys.path.insert(0, "tests")
 import fusetree as ft
-from fusetree.ops import OPS
+from fusetree.ir.ops import OPS
 from lstm_ref import lstm_step, make_inputs, reference, rel_err
 from util import assert_matches, draw
 warnings.simplefilter("ignore")

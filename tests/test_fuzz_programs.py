@@ -18,6 +18,10 @@ REGRESSIONS = {
     16: "values realized together where one has a reduction and one has not",
     42: "a view of a pending value: write through the value, read through the view",
     70: "a tree of scalars stored into targets of different rank shared one kernel",
+    10595836: "a store into a realized GEMM result did not wait for a pending softmax reading it",
+    20196: "a reduction over one element returned a view of its input (a store changed the input)",
+    20218: "a value made of scalars only was refused as a store's value",
+    2411495: "a view of a pending reduction viewed a separate copy of its value",
 }
 
 

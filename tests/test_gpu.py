@@ -17,7 +17,7 @@ from test_random_trees import SHAPED_TREES, check_tree
 from util import assert_matches, draw
 
 import fusetree as ft
-from fusetree.ops import OPS
+from fusetree.ir.ops import OPS
 
 pytestmark = pytest.mark.gpu
 ROOT = pathlib.Path(__file__).resolve().parents[1]

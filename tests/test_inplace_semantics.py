@@ -238,3 +238,21 @@ def test_float_to_small_unsigned_cast_wraps_like_numpy():
     x = np.array([-1.5, -2.7, 200.5, 3.2, -0.5, 70000.0], np.float32)
     for dt in ("uint8", "uint16", "int8", "int16", "uint32"):
         np.testing.assert_array_equal(ft.asarray(x).astype(dt).numpy(), x.astype(dt))
+
+
+def test_reduction_over_one_element_is_a_new_value():
+    buf = np.array([3.0])
+    x = ft.asarray(buf)
+    m = ft.max(x)
+    m[...] = 7.0  # NumPy's reductions return new values, never views of their input
+    assert buf[0] == 3.0 and float(m) == 7.0
+
+
+def test_values_made_of_scalars_go_with_any_device():
+    s = ft.tanh(0.5)  # no array operand: no device until combined
+    assert s.device == "cpu" and abs(float(s) - np.tanh(0.5)) < 1e-15
+    x = ft.asarray(np.ones(3), device="cuda-sim")
+    assert (x + ft.negative(2.0)).device == "cuda-sim"
+    t = ft.asarray(np.zeros(2))
+    t[...] = ft.exp(ft.negative(1.0))
+    np.testing.assert_allclose(t.numpy(), np.exp(-1.0))

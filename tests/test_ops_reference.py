@@ -1,4 +1,4 @@
-"""Table-driven reference tests: every op of fusetree.ops.OPS x dtypes x broadcast/view layouts vs NumPy."""
+"""Table-driven reference tests: every op of fusetree.ir.ops.OPS x dtypes x broadcast/view layouts vs NumPy."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from util import ALL, assert_matches, draw
 
 import fusetree as ft
-from fusetree.ops import OPS
+from fusetree.ir.ops import OPS
 
 UNARY = sorted(n for n, d in OPS.items() if d.arity == 1 and n != "astype")
 BINARY = sorted(n for n, d in OPS.items() if d.arity == 2)

@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import fusetree as ft
-from fusetree.ops import OPS
+from fusetree.ir.ops import OPS
 
 DTYPES = ["float32", "float64", "int32", "int8", "uint8", "bool"]
 SMOOTH_UNARY = ["negative", "absolute", "exp", "tanh", "sigmoid", "sin", "square", "arctan"]

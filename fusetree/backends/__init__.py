@@ -18,17 +18,6 @@ _backends: dict[str, Any] = {}
 _lock = threading.Lock()
 
 
-def numpy_shim() -> None:
-    """numba-cuda 0.30.4 calls ``np.row_stack``, which NumPy 2.5 removed (NVIDIA/numba-cuda#907).
-
-    Guarded: only adds the alias where it is missing, before numba.cuda is imported.
-    """
-    import numpy as np
-
-    if not hasattr(np, "row_stack"):
-        np.row_stack = np.vstack  # type: ignore[attr-defined]
-
-
 def get(device: str) -> Any:
     """The backend for ``device``; raises DeviceError for unknown or unavailable devices."""
     b = _backends.get(device)
@@ -54,19 +43,19 @@ def xp_for(device: str) -> Any:
     return get(device).xp
 
 
-def codegen_target(target: str) -> tuple[Any, Any, Any]:
-    """(storage, scalar_storage, ptx_fn or None) of a codegen target, without needing its device."""
+def codegen_target(target: str) -> tuple[Any, Any]:
+    """(codegen Target, ptx_fn or None) of a target name, without needing its device."""
     if target == "cuda":
         from . import cuda
 
-        return cuda.storage_dtype, cuda.scalar_storage, cuda.compile_ptx
+        return cuda.TARGET, cuda.compile_ptx
     if target == "cuda-sim":
-        from . import cuda_helpers
+        from ..codegen.common import Target
 
-        return cuda_helpers.sim_storage, (lambda d: d), None
-    from .cpu import CPUBackend
+        return Target("cuda-sim"), None
+    from .cpu import TARGET
 
-    return CPUBackend.storage_dtype_static, (lambda d: d), None
+    return TARGET, None
 
 
 def loaded() -> list[str]:

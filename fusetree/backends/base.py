@@ -1,10 +1,19 @@
-"""What every backend provides (pure Python: no numba or cupy here)."""
+"""What every backend provides (pure Python: no numba or cupy here).
+
+The engine talks to a backend through this interface: compile a rendered kernel into a launcher,
+bind arrays and scalars into kernel arguments (the ABI of :mod:`fusetree.codegen.abi`), allocate,
+launch, GEMM, copy. ``ft.jit`` additionally addresses memory as (root array, byte offset, shape,
+strides) to rebind recorded launches.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+
+from ..codegen import abi
+from ..codegen.common import Target
 
 
 def store_product(r: Any, out: Any, accumulate: bool) -> Any:
@@ -42,27 +51,36 @@ def pow2_at_least(n: int) -> int:
 
 
 class Backend:
-    """Interface of a backend; see cpu.py and cuda.py."""
+    """Interface of a backend; see cpu.py, cuda.py and cudasim.py."""
 
     name = "base"
     device = "cpu"
-    target = "cpu"  # codegen target
-    cache_bindings = True  # a buffer's kernel arguments depend only on the buffer (see runtime.run)
-    gemm_accumulate = False  # can ``matmul(..., out=buf, accumulate=True)`` add into buf (beta=1)
+    target = Target("cpu")
+    gemm_accumulate = False  # can ``gemm(..., out=buf, accumulate=True)`` add into buf (beta=1)
     xp: Any = np
-
-    def scalar_storage(self, dt: np.dtype) -> np.dtype:
-        """The dtype a scalar parameter of ``dt`` is passed as."""
-        return dt
 
     def cache_tag(self) -> str:
         """Target plus whatever compile options change the generated machine code."""
-        return self.target
+        return self.target.name
 
-    def storage_dtype(self, dt: np.dtype) -> np.dtype:
-        """The dtype the kernel sees for a buffer of ``dt`` (the CPU backend widens float16)."""
-        return dt
+    def count_params(self, spec: Any) -> int:
+        """Number of parameters of ``spec``'s kernel on this backend (see codegen.abi)."""
+        return abi.count(spec, self.target.name)
 
+    def frame_chunks(self, nrows: int, rowlen: int) -> int:
+        """Into how many chunks each of ``nrows`` rows of ``rowlen`` elements is split (two-stage
+        reduction); 1 keeps one row per thread group."""
+        from .. import config
+
+        split = config.current.reduce_split
+        if split > 0:
+            return -(-rowlen // split) if rowlen > split else 1
+        return self._auto_chunks(nrows, rowlen)
+
+    def _auto_chunks(self, nrows: int, rowlen: int) -> int:
+        return 1
+
+    # -- arrays --------------------------------------------------------------------------------
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         return self.xp.empty(shape, dtype=dtype)
 
@@ -79,17 +97,9 @@ class Backend:
         except ValueError:
             return None
 
-    def may_share_memory(self, a: Any, b: Any) -> bool:
-        return bool(np.may_share_memory(a, b))
-
     def same_view(self, a: Any, b: Any) -> bool:
-        return bool(
-            a.shape == b.shape
-            and a.strides == b.strides
-            and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-        )
+        return bool(a.shape == b.shape and a.strides == b.strides and self.ptr(a) == self.ptr(b))
 
-    # -- raw memory (trace/replay) ----------------------------------------------------------
     def ptr(self, a: Any) -> int:
         """Address of element [0, ..., 0] of array ``a``."""
         return int(a.__array_interface__["data"][0])
@@ -106,60 +116,47 @@ class Backend:
                     hi += (n - 1) * s
         return lo, hi + a.itemsize
 
-    def view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
-        """An array of ``shape``/``strides`` whose element [0...] is ``offset`` bytes from root's."""
+    def view_at(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+        """An array of ``shape``/``strides`` (bytes) whose element 0 is ``offset`` bytes from
+        ``root``'s element 0."""
         return np.asarray(_Raw(root, self.ptr(root) + offset, shape, strides, dtype))
 
-    def bind_view(
-        self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any, layout: str, flat: bool
-    ) -> tuple:
-        return self.bind(self.view(root, offset, shape, strides, dtype), layout, flat)
+    def restride(self, data: Any, shape: tuple[int, ...], estrides: tuple[int, ...]) -> Any:
+        """``data``'s element 0 seen with another shape and element strides (a plan's view)."""
+        item = data.dtype.itemsize
+        return self.view_at(data, 0, shape, tuple(s * item for s in estrides), data.dtype)
 
     # -- kernels ----------------------------------------------------------------------------
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
-        """Compile ``source`` (rendered from ``spec``); returns (kernel, extra info)."""
+        """Compile ``source`` (rendered from ``spec``); returns (launcher, extra info)."""
         raise NotImplementedError
 
-    def bind(self, data: Any, layout: str, flat: bool) -> tuple:
-        """Kernel arguments for one input array of ``layout``."""
+    def save_source(self, spec: Any, source: str) -> str:
+        return "(not saved)"
+
+    def bind(self, data: Any, strided: bool) -> tuple:
+        """Kernel arguments of one input array: flat, or with its strides (see codegen.abi)."""
         raise NotImplementedError
 
     def scalar_arg(self, leaf: Any) -> Any:
-        return leaf.dtype.type(leaf.data)
+        st = self.target.scalar_storage(leaf.dtype)
+        return st.type(leaf.value)
 
-    def launch(self, plan: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
-        """Append the outputs' and sizes' arguments to ``args`` and launch ``plan``."""
+    def launch(self, launcher: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
+        """Append the outputs' and sizes' arguments to ``args`` and launch."""
         raise NotImplementedError
-
-    # -- reduction kernels (see fusetree.codegen_frame) -----------------------------------------
-    def frame_chunks(self, nrows: int, rowlen: int) -> int:
-        """Into how many chunks each of ``nrows`` rows of ``rowlen`` elements is split (two-stage
-        reduction); 1 keeps one row per thread group."""
-        from .. import config
-
-        split = config.current.reduce_split
-        if split > 0:
-            return -(-rowlen // split) if rowlen > split else 1
-        return self._auto_chunks(nrows, rowlen)
-
-    def _auto_chunks(self, nrows: int, rowlen: int) -> int:
-        return 1
 
     def bind_frame(self, data: Any, smap: tuple) -> tuple:
         """Arguments of one array of a reduction kernel: its memory and one stride per frame axis
         (``smap[d]`` is the array axis read for frame axis ``d``, -1 for stride 0)."""
         raise NotImplementedError
 
-    def bind_frame_view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any,
-                        smap: tuple) -> tuple:  # fmt: skip
-        return self.bind_frame(self.view(root, offset, shape, strides, dtype), smap)
-
-    def launch_frame(self, plan: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
+    def launch_frame(self, launcher: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
         """Append the outputs and the geometry (sizes, rows, row length, chunks, chunk length)."""
         raise NotImplementedError
 
     def copy(self, dst: Any, src: Any) -> None:
         raise NotImplementedError
 
-    def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
+    def gemm(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         raise NotImplementedError

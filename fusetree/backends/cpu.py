@@ -3,7 +3,8 @@
 float32 ``exp``, ``tanh`` and ``sigmoid`` use branch-free polynomial versions (Cephes-style, ~1-2
 ulp) that LLVM vectorizes: numba's ``math.exp``/``math.tanh`` are scalar libm calls, so a fused
 loop would otherwise lose to NumPy's SIMD loops. float64 uses libm. numba has no float16 on the
-CPU: float16 buffers are widened to float32 around the kernel (computation is float32 anyway).
+CPU: kernels read and write float16 memory as its uint16 bits and convert in registers
+(``h2f``/``f2h``, exact; computation is float32 as NumPy's loops do), so there is no staging copy.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ from llvmlite import ir as llir
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from .. import config, dtypes
-from . import cuda_helpers
+from .. import config
+from ..codegen import abi
+from ..codegen.common import Target
+from ..ir import dtypes
+from . import helpers
 from .base import Backend, _Raw, mapped, store_product
 
 _F = np.float32
@@ -43,6 +47,19 @@ def _f32_from_bits_impl(typingctx, i):  # type: ignore[no-untyped-def]
 
 # bit pattern -> float32 (vectorizes; builds 2**n without libm)
 _f32_from_bits: Any = intrinsic(_f32_from_bits_impl)
+
+
+def _f32_bits_impl(typingctx, x):  # type: ignore[no-untyped-def]
+    sig = types.int32(types.float32)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.bitcast(args[0], llir.IntType(32))
+
+    return sig, codegen
+
+
+# float32 -> its bit pattern
+_f32_bits: Any = intrinsic(_f32_bits_impl)
 
 
 @_jit
@@ -90,6 +107,37 @@ def f16_round(x):  # type: ignore[no-untyped-def]
 
 
 @_jit
+def h2f(h):  # type: ignore[no-untyped-def]
+    """float16 bits (uint16) -> float32, exact (subnormals through one float multiply)."""
+    u = np.int32((np.int32(h) & np.int32(0x7FFF)) << np.int32(13))
+    f = _f32_from_bits(u) * _F(5.192296858534828e33)  # 2**112: rebias the exponent
+    if f >= _F(65536.0):  # was inf or NaN: keep it so
+        f = _f32_from_bits(np.int32(_f32_bits(f) | np.int32(0x7F800000)))
+    return -f if np.int32(h) & np.int32(0x8000) else f
+
+
+@_jit
+def f2h(x):  # type: ignore[no-untyped-def]
+    """float32 -> float16 bits (uint16), rounded to nearest even (NumPy's cast)."""
+    r = f16_round(x)
+    a = abs(r)
+    if a != a:
+        h = np.int32(0x7E00)
+    elif a == _F(np.inf):
+        h = np.int32(0x7C00)
+    elif a >= _F(6.103515625e-05):  # normal: rebias the exponent, keep the top 10 fraction bits
+        b = _f32_bits(a)
+        h = np.int32(((b >> np.int32(23)) - np.int32(112)) << np.int32(10)) | (
+            (b >> np.int32(13)) & np.int32(0x3FF)
+        )
+    else:  # subnormal: a multiple of 2**-24
+        h = np.int32(a * _F(16777216.0))
+    if _f32_bits(x) < np.int32(0):
+        h = h | np.int32(0x8000)
+    return np.uint16(h)
+
+
+@_jit
 def sigmoid_f4(x):  # type: ignore[no-untyped-def]
     return _F(1.0) / (_F(1.0) + exp_f4(-x))
 
@@ -100,8 +148,8 @@ def sigmoid_f8(x):  # type: ignore[no-untyped-def]
 
 
 # NumPy's npy_divmod (floor division, Python-style remainder), shared with the CUDA target
-floordiv = _jit(cuda_helpers.divmod_helper(0))
-fmod_py = _jit(cuda_helpers.divmod_helper(1))
+floordiv = _jit(helpers.divmod_helper(0))
+fmod_py = _jit(helpers.divmod_helper(1))
 
 
 @_jit
@@ -128,7 +176,7 @@ def _namespace() -> dict[str, Any]:
     for d in dtypes.SUPPORTED:
         ns[dtypes.CTOR[d]] = d.type
     generic = dict(floordiv=floordiv, fmod_py=fmod_py, rint=rint)
-    for g in cuda_helpers.GENERIC:  # the same integer/NaN helpers as the CUDA target
+    for g in helpers.GENERIC:  # the same integer/NaN helpers as the CUDA target
         ns[g.__name__] = _jit(g)
     libm = {
         "exp": math.exp, "exp2": lambda x: 2.0**x, "expm1": math.expm1, "log": math.log,
@@ -147,25 +195,63 @@ def _namespace() -> dict[str, Any]:
     for name, h in generic.items():
         ns[f"{name}_f4"] = ns[f"{name}_f8"] = h
     ns["exp_f4"], ns["tanh_f4"], ns["sigmoid_f4"], ns["sigmoid_f8"] = exp_f4, tanh_f4, sigmoid_f4, sigmoid_f8
-    ns["f16_round"] = f16_round
+    ns["f16_round"], ns["h2f"], ns["f2h"] = f16_round, h2f, f2h
     return ns
+
+
+def storage(dt: np.dtype) -> np.dtype:
+    """float16 is read and written as its uint16 bits (numba has no CPU float16)."""
+    return np.dtype(np.uint16) if dt == np.float16 else dt
+
+
+def scalar_storage(dt: np.dtype) -> np.dtype:
+    return np.dtype(np.float32) if dt == np.float16 else dt
+
+
+TARGET = Target("cpu", storage, scalar_storage)
+_U16 = np.dtype(np.uint16)
+_F16 = np.dtype(np.float16)
+
+
+# Below this many elements a kernel runs serially: waking numba's (passively waiting) worker threads
+# costs ~70 µs per parallel region on the 2-core CI machine (measured: a 4096-element a*b+c took
+# 79 µs in a parallel region, 0.6 µs serially), more than such a kernel takes on one core.
+PARALLEL_MIN = 1 << 17
+
+
+class CPULauncher:
+    """A compiled CPU kernel: numba's dispatcher, called with the ABI's arguments. The serial
+    variant is compiled first; the ``prange`` (parallel) variant when a call is large enough."""
+
+    __slots__ = ("flat", "fn", "name", "par", "parallel", "py", "sig", "source")
+
+    def __init__(self, py: Any, sig: Any, name: str, flat: bool, parallel: bool) -> None:
+        self.py, self.sig = py, sig
+        self.fn = njit(sig, parallel=False, error_model="numpy", nogil=True)(py)
+        self.par: Any = None
+        self.parallel = parallel  # options(cpu_parallel=...) allowed the parallel variant
+        self.name = name
+        self.flat = flat  # one flat size argument (else one per dimension)
+        self.source = ""
+
+    def __call__(self, n: int, args: list) -> None:
+        if n >= PARALLEL_MIN and self.parallel:
+            if self.par is None:
+                self.par = njit(self.sig, parallel=True, error_model="numpy", nogil=True)(self.py)
+            self.par(*args)
+        else:
+            self.fn(*args)
 
 
 class CPUBackend(Backend):
     name = "cpu"
     device = "cpu"
-    target = "cpu"
+    target = TARGET
     xp = np
+    gemm_accumulate = True  # x@W + h@U: one product added into the other's output (one leaf)
 
     def __init__(self) -> None:
         self.ns = _namespace()
-
-    @staticmethod
-    def storage_dtype_static(dt: np.dtype) -> np.dtype:
-        return np.dtype(np.float32) if dt == np.float16 else dt
-
-    def storage_dtype(self, dt: np.dtype) -> np.dtype:
-        return self.storage_dtype_static(dt)
 
     def cache_tag(self) -> str:
         return "cpu/par" if config.current.cpu_parallel else "cpu/serial"
@@ -173,87 +259,66 @@ class CPUBackend(Backend):
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
         ns = dict(self.ns)
         exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
-        fn = ns[spec.name]
-        sig = self._signature(spec)
-        par = config.current.cpu_parallel
-        kernel = njit(sig, parallel=par, error_model="numpy", nogil=True)(fn)
-        return kernel, {}
+        return CPULauncher(
+            ns[spec.name], signature(spec), spec.name, spec.flat, config.current.cpu_parallel
+        ), {}
 
-    def _signature(self, spec: Any) -> Any:
-        def arr(dt: np.dtype, readonly: bool = False) -> Any:
-            return types.Array(numba.from_dtype(self.storage_dtype(dt)), 1, "C", readonly=readonly)
-
-        nd = 1 if spec.flat else max(spec.ndim, 1)
-        sig: list[Any] = []
-        for lf in spec.leaves:
-            if lf.kind == "scalar":
-                sig.append(numba.from_dtype(lf.dtype))
-                continue
-            sig.append(arr(lf.dtype, readonly=True))  # inputs may be read-only (broadcast views)
-            if spec.strided(lf.layout):
-                sig += [types.int64] * (nd + 1)
-        for o in spec.outs:
-            sig.append(arr(o.dtype))
-            if spec.strided(o.layout):
-                sig += [types.int64] * (nd + 1)
-        sig += [types.int64] * spec.trailing("cpu")
-        return types.void(*sig)
-
-    def scalar_arg(self, leaf: Any) -> Any:
-        return leaf.dtype.type(leaf.data)
-
-    def bind(self, data: np.ndarray, layout: str, flat: bool) -> tuple:
-        if data.dtype == np.float16:
-            data = data.astype(np.float32)
-        if flat or layout == "C":
+    def bind(self, data: np.ndarray, strided: bool) -> tuple:
+        if data.dtype == _F16:
+            data = data.view(_U16)
+        if not strided:
             return (data.reshape(-1),)
         base, off, strides, _ = _flat_view(data)
         return (base, off, *strides)
 
-    def launch(self, plan: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
-        flat = plan.spec.flat
+    def launch(self, launcher: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
+        if launcher.flat:  # every array C-contiguous: 1-D views and one size
+            for o in outs:
+                args.append((o.view(_U16) if o.dtype is _F16 else o).reshape(-1))
+            n = math.prod(shape)
+            args.append(n)
+            launcher(n, args)
+            return
         staged = []
         for o, lay in zip(outs, layouts):
-            buf = o
-            if o.dtype == np.float16:
-                buf = np.empty(o.shape, np.float32)
-                staged.append((o, buf))
-            if flat or lay == "C":
+            buf = o.view(_U16) if o.dtype == _F16 else o
+            if lay == "C":
                 args.append(buf.reshape(-1))
                 continue
             base, off, strides, copied = _flat_view(buf)
             if copied:  # a view of foreign memory: write a copy, then copy back
-                staged.append((o, base.reshape(buf.shape)))
+                staged.append((buf, base.reshape(buf.shape)))
                 strides = tuple(s // buf.itemsize for s in base.reshape(buf.shape).strides)
             args.extend((base, off, *strides))
-        if flat:
-            args.append(int(np.prod(shape, dtype=np.int64)))
+        n = 1
+        for s in shape:
+            n *= s
+        if launcher.flat:
+            args.append(n)
         else:
-            args.extend(shape)
-        plan.kernel(*args)
+            args.extend(shape if shape else (1,))
+        launcher(n, args)
         for o, buf in staged:
             np.copyto(o, buf, casting="unsafe")
 
-    def view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
-        return host_view(root, offset, shape, strides, dtype)
+    def replay_root(self, arr: np.ndarray) -> tuple[np.ndarray, int] | None:
+        """(1-D array over ``arr``'s allocation, element offset of its element 0) for a replay's
+        argument slots; None for memory that cannot be addressed so (foreign views)."""
+        if arr.dtype is _F16:
+            arr = arr.view(_U16)
+        base, off, _, copied = _flat_view(arr)
+        return None if copied else (base, off)
 
-    def bind_view(
-        self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any, layout: str, flat: bool
-    ) -> tuple:
-        """Arguments for a view of ``root`` without building the view (replays of ft.jit)."""
-        if np.dtype(dtype) == np.float16:
-            return self.bind(self.view(root, offset, shape, strides, dtype), layout, flat)
-        base, off0, _, copied = _flat_view(root)
-        if copied:
-            return self.bind(self.view(root, offset, shape, strides, dtype), layout, flat)
-        item = base.itemsize
-        off = off0 + offset // item
-        if flat or layout == "C":
-            n = 1
-            for s in shape:
-                n *= s
-            return (base[off : off + n],)
-        return (base, off, *[s // item for s in strides])
+    def replay_root_fresh(self, arr: np.ndarray) -> tuple[np.ndarray, int]:
+        """replay_root of a fresh C-contiguous array."""
+        return ((arr.view(_U16) if arr.dtype is _F16 else arr).reshape(-1), 0)
+
+    def restride(self, data: Any, shape: tuple[int, ...], estrides: tuple[int, ...]) -> Any:
+        item = data.dtype.itemsize
+        return host_view(data, 0, shape, tuple(s * item for s in estrides), data.dtype)
+
+    def view_at(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+        return host_view(root, offset, shape, strides, dtype)
 
     # -- reduction kernels --------------------------------------------------------------------
     def _auto_chunks(self, nrows: int, rowlen: int) -> int:
@@ -263,39 +328,64 @@ class CPUBackend(Backend):
         return min(-(-2 * threads // nrows), -(-rowlen // 32768))
 
     def bind_frame(self, data: Any, smap: tuple) -> tuple:
-        if data.dtype == np.float16:
-            data = data.astype(np.float32)
+        if data.dtype == _F16:
+            data = data.view(_U16)
         base, off, strides, _ = _flat_view(data)
         return (base, off, *mapped(strides, smap))
 
-    def launch_frame(self, plan: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
-        staged = _frame_outputs(args, outs, smaps, widen=True)
+    def launch_frame(self, launcher: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
+        staged = _frame_outputs(args, [o.view(_U16) if o.dtype == _F16 else o for o in outs], smaps)
         args.extend(geometry)
         args.append(1)
-        plan.kernel(*args)
+        launcher(geometry[-4] * geometry[-3], args)  # rows x row length
         for o, buf in staged:
             np.copyto(o, buf, casting="unsafe")
 
-    def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
+    def gemm(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         return store_product(np.matmul(a, b), out, accumulate)
 
     def copy(self, dst: Any, src: Any) -> None:
         np.copyto(dst, src, casting="unsafe")
 
 
-def _frame_outputs(args: list, outs: list, smaps: list, widen: bool) -> list:
+def signature(spec: Any) -> Any:
+    """The numba signature of ``spec``'s CPU kernel, from the ABI (inputs read-only: they may be
+    broadcast views)."""
+    sig: list[Any] = []
+    for p in abi.params(spec, "cpu"):
+        if p.kind == "array":
+            readonly = p.owner is not None and p.owner[0] == "in"
+            sig.append(types.Array(numba.from_dtype(storage(p.dtype)), 1, "C", readonly=readonly))
+        elif p.kind == "scalar":
+            sig.append(numba.from_dtype(scalar_storage(p.dtype)))
+        else:
+            sig.append(types.int64)
+    return types.void(*sig)
+
+
+def _frame_outputs(args: list, outs: list, smaps: list) -> list:
     """Append reduction-kernel output arguments (CPU memory); returns (target, staging) pairs."""
     staged = []
     for o, m in zip(outs, smaps):
-        buf = o
-        if widen and o.dtype == np.float16:
-            buf = np.empty(o.shape, np.float32)
-            staged.append((o, buf))
-        base, off, strides, copied = _flat_view(buf)
+        base, off, strides, copied = _flat_view(o)
         if copied:  # a view of foreign memory: write a copy, then copy back
-            staged.append((o, base.reshape(buf.shape)))
+            staged.append((o, base.reshape(o.shape)))
         args.extend((base, off, *mapped(strides, m)))
     return staged
+
+
+@njit(nogil=True)
+def _byte_offset(v, b):  # type: ignore[no-untyped-def]
+    return v.ctypes.data - b.ctypes.data
+
+
+def byte_offset(v: np.ndarray, b: np.ndarray) -> int:
+    """Address of ``v``'s element 0 minus ``b``'s: through numba (0.2 µs; ``__array_interface__``
+    builds a dict per call, 0.9 µs), or NumPy for arrays numba cannot type."""
+    try:
+        return int(_byte_offset(v, b))
+    except Exception:
+        return int(v.__array_interface__["data"][0] - b.__array_interface__["data"][0])
 
 
 def _root_of(v: np.ndarray) -> np.ndarray:
@@ -315,7 +405,7 @@ def _flat_view(v: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...], bool]:
     item = v.itemsize
     b = _root_of(v)
     if b.flags.c_contiguous and b.size:
-        off = v.__array_interface__["data"][0] - b.__array_interface__["data"][0]
+        off = byte_offset(v, b)
         if off % item == 0 and all(s % item == 0 for s in v.strides):
             if b.dtype == v.dtype:
                 return b.reshape(-1), off // item, tuple(s // item for s in v.strides), False

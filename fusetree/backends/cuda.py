@@ -1,15 +1,13 @@
 """CUDA backend: numba.cuda compiles the generated kernels to PTX; the driver loads and launches them.
 
 Host cost per launch is what this backend is about. numba's dispatcher costs 31-117 µs per launch
-(argument marshalling), so it is never used: kernels are compiled once with ``compile_ptx`` and a
-pointer ABI (one pointer per array, every size/stride/offset an int64, every scalar an int64 or a
-float64 - all 8-byte parameters), loaded with ``cuModuleLoadData`` (falling back to a cubin linked by
-nvJitLink when the driver cannot JIT the PTX), and launched with ``cuLaunchKernel`` through ctypes
-from a parameter buffer laid out once per kernel: a launch packs the pointers and sizes with one
-``struct.pack_into`` and makes one driver call on CuPy's current stream.
-
-GEMMs call cuBLAS directly through CuPy's handle (``x@W + h@U`` is one GEMM plus a second with
-beta=1 into the same buffer); the disk cache keeps PTX per key in a per-user directory.
+(argument marshalling), so it is never used: kernels are compiled once with ``compile_ptx`` and the
+pointer ABI of :mod:`fusetree.codegen.abi` (every parameter 8 bytes), loaded with
+``cuModuleLoadData`` (falling back to a cubin linked by nvJitLink when the driver cannot JIT the
+PTX), and launched with ``cuLaunchKernel`` through ctypes from a parameter buffer laid out once per
+kernel: a launch packs the pointers and sizes with one ``struct.pack_into`` and makes one driver
+call on CuPy's current stream. GEMMs call cuBLAS directly (:mod:`.cublas`); compiled PTX is kept on
+disk (:mod:`.diskcache`).
 """
 
 from __future__ import annotations
@@ -17,18 +15,15 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
-import json
-import os
 import re
 import struct
-import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from . import numpy_shim
+from .shim import numpy_shim
 
 numpy_shim()  # before numba.cuda: numba-cuda 0.30.4 calls np.row_stack, gone in NumPy 2.5
 
@@ -37,11 +32,17 @@ from numba import cuda, types  # noqa: E402
 from numba.cuda import libdevice  # noqa: E402
 
 from .. import config  # noqa: E402
+from ..codegen import abi  # noqa: E402
+from ..codegen.common import Target  # noqa: E402
 from ..errors import CompileError, DeviceError  # noqa: E402
-from . import cuda_helpers  # noqa: E402
+from . import helpers  # noqa: E402
 from .base import Backend, mapped, pow2_at_least, store_product  # noqa: E402
+from .cublas import CuBLAS  # noqa: E402
+from .diskcache import disk_cache_dir, read_disk_cache, save_source, write_disk_cache  # noqa: E402
+from .driver import Driver, LoadError, link_cubin  # noqa: E402
 
 _ndarray = cp.ndarray
+_Q = struct.Struct("=Q")
 _current_stream = cp.cuda.get_current_stream
 _ENTRY = re.compile(r"\.entry\s+([^\s(]+)")
 
@@ -62,30 +63,24 @@ def scalar_storage(dt: np.dtype) -> np.dtype:
     return np.dtype(np.float64) if dt.kind == "f" else np.dtype(np.int64)
 
 
+TARGET = Target("cuda", storage_dtype, scalar_storage)
+
+
 def signature(spec: Any) -> tuple[Any, str]:
     """numba signature of the pointer-ABI kernel and the struct format of its parameters."""
-    nd = 1 if spec.flat else max(spec.ndim, 1)
     sig: list[Any] = []
     fmt = ""
-    for lf in spec.leaves:
-        if lf.kind == "scalar":
-            st = scalar_storage(lf.dtype)
+    for p in abi.params(spec, "cuda"):
+        if p.kind == "array":
+            sig.append(types.CPointer(numba_type(storage_dtype(p.dtype))))
+            fmt += "Q"
+        elif p.kind == "scalar":
+            st = scalar_storage(p.dtype)
             sig.append(numba_type(st))
             fmt += "d" if st.kind == "f" else "q"
-            continue
-        sig.append(types.CPointer(numba_type(storage_dtype(lf.dtype))))
-        fmt += "Q"
-        if spec.strided(lf.layout):
-            sig += [types.int64] * nd
-            fmt += "q" * nd
-    for o in spec.outs:
-        sig.append(types.CPointer(numba_type(storage_dtype(o.dtype))))
-        fmt += "Q"
-        if spec.strided(o.layout):
-            sig += [types.int64] * nd
-            fmt += "q" * nd
-    sig += [types.int64] * spec.trailing("cuda")
-    fmt += "q" * spec.trailing("cuda")
+        else:
+            sig.append(types.int64)
+            fmt += "q"
     return types.void(*sig), fmt
 
 
@@ -95,7 +90,7 @@ _device_ns: dict[str, Any] | None = None
 def device_namespace() -> dict[str, Any]:
     global _device_ns
     if _device_ns is None:
-        ns = cuda_helpers.namespace(lambda f: cuda.jit(device=True)(f), libdevice)
+        ns = helpers.namespace(lambda f: cuda.jit(device=True)(f), libdevice)
         ns["cuda"] = cuda
         _device_ns = ns
     return _device_ns
@@ -147,196 +142,14 @@ def _gpu_present() -> bool:
     return _gpu
 
 
-# ---------------------------------------------------------------------------------------------
-# the driver, through ctypes
-
-
-class Driver:
-    """The few libcuda calls fusetree needs."""
-
-    def __init__(self) -> None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        self.lib = lib
-        vp, u, i = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
-        lib.cuLaunchKernel.argtypes = [vp, u, u, u, u, u, u, u, vp, vp, vp]
-        lib.cuLaunchKernel.restype = i
-        lib.cuModuleLoadData.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
-        lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
-        lib.cuOccupancyMaxPotentialBlockSize.argtypes = [
-            ctypes.POINTER(i),
-            ctypes.POINTER(i),
-            vp,
-            vp,
-            ctypes.c_size_t,
-            i,
-        ]
-        lib.cuOccupancyMaxActiveBlocksPerMultiprocessor.argtypes = [ctypes.POINTER(i), vp, i, ctypes.c_size_t]
-        lib.cuFuncGetAttribute.argtypes = [ctypes.POINTER(i), i, vp]
-        lib.cuGetErrorString.argtypes = [i, ctypes.POINTER(ctypes.c_char_p)]
-        lib.cuDriverGetVersion.argtypes = [ctypes.POINTER(i)]
-        lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(vp)]
-        lib.cuCtxSetCurrent.argtypes = [vp]
-        self.launch_fn = lib.cuLaunchKernel
-
-    def check(self, res: int, what: str) -> None:
-        if res != 0:
-            s = ctypes.c_char_p()
-            self.lib.cuGetErrorString(res, ctypes.byref(s))
-            raise DeviceError(f"CUDA driver error {res} in {what}: {(s.value or b'?').decode()}")
-
-    def version(self) -> int:
-        v = ctypes.c_int()
-        self.check(self.lib.cuDriverGetVersion(ctypes.byref(v)), "cuDriverGetVersion")
-        return v.value
-
-    def context(self) -> int:
-        c = ctypes.c_void_p()
-        self.check(self.lib.cuCtxGetCurrent(ctypes.byref(c)), "cuCtxGetCurrent")
-        return c.value or 0
-
-    def load(self, image: bytes) -> int:
-        mod = ctypes.c_void_p()
-        res = self.lib.cuModuleLoadData(ctypes.byref(mod), image)
-        if res != 0:
-            raise _LoadError(res)
-        return mod.value or 0
-
-    def function(self, module: int, name: str) -> int:
-        f = ctypes.c_void_p()
-        self.check(
-            self.lib.cuModuleGetFunction(ctypes.byref(f), module, name.encode()), "cuModuleGetFunction"
-        )
-        return f.value or 0
-
-    def max_threads(self, func: int) -> int:
-        """The largest power-of-two block ``func`` can be launched with (its register use)."""
-        v = ctypes.c_int()
-        self.check(self.lib.cuFuncGetAttribute(ctypes.byref(v), 0, func), "cuFuncGetAttribute")
-        p = 1
-        while p * 2 <= min(v.value, 1024):
-            p *= 2
-        return p
-
-    def occupancy(self, func: int) -> tuple[int, int]:
-        """(block size, max resident blocks per SM) for ``func``."""
-        grid, block = ctypes.c_int(), ctypes.c_int()
-        self.check(
-            self.lib.cuOccupancyMaxPotentialBlockSize(
-                ctypes.byref(grid), ctypes.byref(block), func, None, 0, 0
-            ),
-            "occupancy",
-        )
-        bs = min(block.value, 512)
-        per_sm = ctypes.c_int()
-        self.check(
-            self.lib.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(per_sm), func, bs, 0),
-            "occupancy",
-        )
-        return bs, max(1, per_sm.value)
-
-
-class _LoadError(Exception):
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-def link_cubin(ptx: str, cc: tuple[int, int]) -> bytes:
-    """Link PTX to a cubin with nvJitLink (for PTX newer than the driver can JIT)."""
-    from cuda.core import Linker, LinkerOptions, ObjectCode
-
-    obj = ObjectCode.from_ptx(ptx.encode())
-    linker = Linker(obj, options=LinkerOptions(arch=f"sm_{cc[0]}{cc[1]}"))
-    return bytes(linker.link("cubin").code)
-
-
-# ---------------------------------------------------------------------------------------------
-# cuBLAS through its C API: CuPy's wrappers refuse to run during stream capture, and ours must be
-# captured into CUDA graphs (ft.jit(graph=True)). Own handle, own workspace (no allocation while
-# capturing), host pointer mode, default math (no TF32).
-
-
-def _find_cublas() -> ctypes.CDLL:
-    names = ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
-    try:  # the library CuPy loaded, if any
-        import cupy_backends.cuda.libs.cublas  # noqa: F401
-
-        with open("/proc/self/maps", encoding="utf-8") as f:
-            names = sorted({ln.split()[-1] for ln in f if "libcublas.so" in ln and "Lt" not in ln}) + names
-    except Exception:
-        pass
-    import glob
-    import sys
-
-    for p in sys.path:
-        names += glob.glob(os.path.join(p, "nvidia", "*", "lib", "libcublas.so*"))
-        names += glob.glob(os.path.join(p, "nvidia", "cublas", "lib", "libcublas.so*"))
-    errors = []
-    for n in names:
-        try:
-            return ctypes.CDLL(n)
-        except OSError as e:
-            errors.append(str(e))
-    raise DeviceError(f"cuBLAS could not be loaded (tried {names[:6]}): {errors[-1] if errors else ''}")
-
-
-class CuBLAS:
-    """The few cuBLAS calls fusetree makes, on its own handle."""
-
-    WORKSPACE = 32 << 20
-
-    def __init__(self) -> None:
-        lib = _find_cublas()
-        vp, i, u64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t
-        self.lib = lib
-        h = vp()
-        self._check(lib.cublasCreate_v2(ctypes.byref(h)), "cublasCreate")
-        self.handle = h.value
-        lib.cublasSetStream_v2.argtypes = [vp, vp]
-        lib.cublasSetPointerMode_v2.argtypes = [vp, i]
-        lib.cublasSetWorkspace_v2.argtypes = [vp, vp, u64]
-        gemm_args: Any = [vp, i, i, i, i, i, vp, vp, i, vp, i, vp, vp, i]
-        lib.cublasSgemm_v2.argtypes = gemm_args
-        lib.cublasDgemm_v2.argtypes = gemm_args
-        self._check(lib.cublasSetPointerMode_v2(self.handle, 0), "cublasSetPointerMode")  # host
-        self.workspace = cp.empty(self.WORKSPACE, np.uint8)
-        self._check(lib.cublasSetWorkspace_v2(self.handle, self.workspace.data.ptr, self.WORKSPACE),
-                    "cublasSetWorkspace")  # fmt: skip
-        self._gemm = {np.dtype(np.float32): lib.cublasSgemm_v2, np.dtype(np.float64): lib.cublasDgemm_v2}
-
-    def _check(self, status: int, what: str) -> None:
-        if status != 0:
-            raise DeviceError(f"cuBLAS error {status} in {what}")
-
-    def set_stream(self, stream: int) -> None:
-        self._check(self.lib.cublasSetStream_v2(self.handle, stream), "cublasSetStream")
-        # cublasSetStream resets the workspace to cuBLAS's own: set ours again (capture-safe)
-        self._check(self.lib.cublasSetWorkspace_v2(self.handle, self.workspace.data.ptr, self.WORKSPACE),
-                    "cublasSetWorkspace")  # fmt: skip
-
-    def gemm(self, dt: np.dtype, m: int, n: int, k: int, alpha: int, a: int, lda: int, b: int, ldb: int,
-             beta: int, c: int, ldc: int) -> None:  # fmt: skip
-        self._check(self._gemm[dt](self.handle, 0, 0, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc), "gemm")
-
-
 class CUDAKernel:
     """A loaded kernel and its prepared launch: parameter buffer, pointer array, block size."""
 
-    __slots__ = (
-        "args",
-        "block",
-        "buf",
-        "func",
-        "max_blocks",
-        "max_threads",
-        "name",
-        "packer",
-        "params",
-        "ptx",
-    )
+    __slots__ = ("args", "block", "buf", "flat", "func", "max_blocks", "max_threads", "name", "packer",
+                 "params", "ptx", "source")  # fmt: skip
 
     def __init__(self, func: int, fmt: str, block: int, max_blocks: int, name: str, ptx: str,
-                 max_threads: int = 1024) -> None:  # fmt: skip
+                 max_threads: int = 1024, flat: bool = True) -> None:  # fmt: skip
         self.func = func
         self.packer = struct.Struct("=" + fmt)
         self.buf = ctypes.create_string_buffer(max(8, self.packer.size))
@@ -349,12 +162,14 @@ class CUDAKernel:
         self.max_threads = max_threads
         self.name = name
         self.ptx = ptx
+        self.flat = flat
+        self.source = ""
 
 
 class CUDABackend(Backend):
     name = "cuda"
     device = "cuda"
-    target = "cuda"
+    target = TARGET
     gemm_accumulate = True
 
     def __init__(self) -> None:
@@ -372,9 +187,16 @@ class CUDABackend(Backend):
         self._lock = threading.Lock()
         self._handle: CuBLAS | None = None
         self._cublas_stream: int | None = None
-        self._gemm_consts: dict[np.dtype, tuple[np.ndarray, np.ndarray]] = {
-            np.dtype(np.float32): (np.ones(1, np.float32), np.zeros(1, np.float32)),
-            np.dtype(np.float64): (np.ones(1, np.float64), np.zeros(1, np.float64)),
+        # host-pointer-mode alpha/beta: 1 and 0 per dtype, kept alive, addresses taken once
+        self._consts: list[np.ndarray] = [
+            np.ones(1, np.float32),
+            np.zeros(1, np.float32),
+            np.ones(1, np.float64),
+            np.zeros(1, np.float64),
+        ]
+        self._gemm_consts: dict[np.dtype, tuple[int, int]] = {
+            np.dtype(np.float32): (self._consts[0].ctypes.data, self._consts[1].ctypes.data),
+            np.dtype(np.float64): (self._consts[2].ctypes.data, self._consts[3].ctypes.data),
         }
         self.cache_dir = disk_cache_dir()
         import numba_cuda
@@ -382,12 +204,6 @@ class CUDABackend(Backend):
         self.versions = f"numba-cuda={getattr(numba_cuda, '__version__', '?')};driver={self.driver.version()}"
 
     # -- arrays --------------------------------------------------------------------------------
-    def storage_dtype(self, dt: np.dtype) -> np.dtype:
-        return storage_dtype(dt)
-
-    def scalar_storage(self, dt: np.dtype) -> np.dtype:
-        return scalar_storage(dt)
-
     def asarray(self, obj: Any) -> Any:
         return cp.asarray(obj)
 
@@ -397,12 +213,6 @@ class CUDABackend(Backend):
     def reshape_view(self, data: Any, shape: tuple[int, ...]) -> Any | None:
         v = data.reshape(shape)
         return v if v.data.ptr == data.data.ptr and v.base is not None else None
-
-    def may_share_memory(self, a: Any, b: Any) -> bool:
-        return bool(cp.may_share_memory(a, b))
-
-    def same_view(self, a: Any, b: Any) -> bool:
-        return bool(a.shape == b.shape and a.strides == b.strides and a.data.ptr == b.data.ptr)
 
     def copy(self, dst: Any, src: Any) -> None:
         if (
@@ -416,20 +226,21 @@ class CUDABackend(Backend):
     def ptr(self, a: Any) -> int:
         return int(a.data.ptr)
 
-    def view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+    def view_at(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
         return cp.ndarray(shape, dtype, memptr=root.data + offset, strides=strides)
-
-    def bind_view(
-        self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any, layout: str, flat: bool
-    ) -> tuple:
-        p = root.data.ptr + offset
-        if flat or layout == "C":
-            return (p,)
-        item = np.dtype(dtype).itemsize
-        return (p, *[s // item for s in strides])
 
     def cache_tag(self) -> str:
         return f"cuda/u{config.current.cuda_unroll}"
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
+        try:
+            return _ndarray(shape, dtype)
+        except cp.cuda.memory.OutOfMemoryError as e:
+            raise DeviceError(
+                f"out of GPU memory allocating an array of shape {shape} and dtype {np.dtype(dtype)} "
+                f"({e}); nothing was written. Free arrays (or cupy's pool: "
+                "cupy.get_default_memory_pool().free_all_blocks()) and retry"
+            ) from None
 
     # -- compile ---------------------------------------------------------------------------
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
@@ -447,56 +258,49 @@ class CUDABackend(Backend):
         with self._lock:
             try:
                 mod = self.driver.load(ptx.encode() + b"\0")
-            except _LoadError:
+            except LoadError:
                 mod = self.driver.load(link_cubin(ptx, cc))
             func = self.driver.function(mod, name)
             block, per_sm = self.driver.occupancy(func)
             maxt = self.driver.max_threads(func)
-        kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt)
+        kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt, spec.flat)
         return kernel, {"disk_hit": disk_hit, "ptx": ptx}
 
     def save_source(self, spec: Any, source: str) -> str:
         return save_source(spec, source)
 
     # -- launch ----------------------------------------------------------------------------
-    def bind(self, data: Any, layout: str, flat: bool) -> tuple:
-        if flat or layout == "C":
+    def bind(self, data: Any, strided: bool) -> tuple:
+        if not strided:
             return (data.data.ptr,)
         item = data.itemsize
         return (data.data.ptr, *[s // item for s in data.strides])
 
+    def restride(self, data: Any, shape: tuple[int, ...], estrides: tuple[int, ...]) -> Any:
+        item = data.dtype.itemsize
+        return cp.ndarray(shape, data.dtype, memptr=data.data, strides=tuple(s * item for s in estrides))
+
     def scalar_arg(self, leaf: Any) -> Any:
-        v = leaf.data
+        v = leaf.value
         if leaf.dtype.kind == "f":
             return float(v)
         v = int(v)
         return v - (1 << 64) if v >= (1 << 63) else v
 
-    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-        try:
-            return _ndarray(shape, dtype)
-        except cp.cuda.memory.OutOfMemoryError as e:
-            raise DeviceError(
-                f"out of GPU memory allocating an array of shape {shape} and dtype {np.dtype(dtype)} "
-                f"({e}); nothing was written. Free arrays (or cupy's pool: "
-                "cupy.get_default_memory_pool().free_all_blocks()) and retry"
-            ) from None
-
-    def launch(self, plan: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
-        k: CUDAKernel = plan.kernel
-        flat = plan.spec.flat
+    def launch(self, launcher: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
+        k: CUDAKernel = launcher
         for o, lay in zip(outs, layouts):
             args.append(o.data.ptr)
-            if not (flat or lay == "C"):
+            if lay != "C":
                 item = o.itemsize
                 args.extend(s // item for s in o.strides)
         n = 1
         for s in shape:
             n *= s
-        if flat:
+        if k.flat:
             args.append(n)
         else:
-            args.extend(shape)
+            args.extend(shape if shape else (1,))
         args.append(n)
         self._launch(k, args, min((n + k.block - 1) // k.block, k.max_blocks), k.block)
 
@@ -521,23 +325,49 @@ class CUDABackend(Backend):
         item = data.itemsize
         return (data.data.ptr, *mapped([s // item for s in data.strides], smap))
 
-    def bind_frame_view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any,
-                        smap: tuple) -> tuple:  # fmt: skip
-        item = np.dtype(dtype).itemsize
-        return (root.data.ptr + offset, *mapped([s // item for s in strides], smap))
-
-    def launch_frame(self, plan: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
-        k: CUDAKernel = plan.kernel
-        for o, m in zip(outs, smaps):
-            args.extend(self.bind_frame(o, m))
+    def frame_config(self, k: CUDAKernel, geometry: tuple) -> tuple[int, int, int]:
+        """(threads per row, grid, block) of a reduction kernel launch."""
         nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
         tpr = config.current.reduce_threads or pow2_at_least(-(-clen // 16))
         tpr = min(tpr, k.max_threads)
         block = tpr if tpr >= 32 else 128
         grid = max(1, min(-(-nkeep // (block // tpr)), self.sms * 16))
+        return tpr, grid, block
+
+    def launch_frame(self, launcher: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
+        k: CUDAKernel = launcher
+        for o, m in zip(outs, smaps):
+            args.extend(self.bind_frame(o, m))
+        tpr, grid, block = self.frame_config(k, geometry)
         args.extend(geometry)
         args.append(tpr)
         self._launch(k, args, grid, block)
+
+    # -- prepared launches (ft.jit replays): a parameter buffer of their own ----------------------
+    def param_buffer(self, k: CUDAKernel, template: list) -> Any:
+        """A parameter buffer and pointer array for one recorded launch, filled with ``template``
+        (its pointers are patched per replay, see engine.replay)."""
+        buf = ctypes.create_string_buffer(max(8, k.packer.size))
+        k.packer.pack_into(buf, 0, *template)
+        base = ctypes.addressof(buf)
+        n = len(template)
+        params = (ctypes.c_void_p * max(1, n))(*[base + 8 * j for j in range(n)])
+        return (buf, params, ctypes.addressof(params))
+
+    def patch_params(self, params: Any, patches: list, ptrs: list[int], last: list[int] | None) -> None:
+        buf = params[0]
+        for j, (p, v) in enumerate(zip(patches, ptrs)):
+            if last is None or last[j] != v:
+                _Q.pack_into(buf, 8 * p.slot, v)
+
+    def launch_params(self, k: CUDAKernel, params: Any, grid: int, block: int) -> None:
+        stream = _current_stream().ptr
+        res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, params[2], None)
+        if res != 0:
+            if res == 201:
+                self.driver.lib.cuCtxSetCurrent(self.ctx)
+                res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, params[2], None)
+            self.driver.check(res, f"cuLaunchKernel({k.name})")
 
     # -- GEMM --------------------------------------------------------------------------------
     def _blas(self) -> CuBLAS:
@@ -545,101 +375,72 @@ class CUDABackend(Backend):
             self._handle = CuBLAS()
         return self._handle
 
-    def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
-        """``a @ b`` (into ``out``, adding to it when ``accumulate``) via cuBLAS directly when the
-        operands are 2-D, C-contiguous float32/float64; cupy.matmul otherwise."""
+    def gemm(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
+        """``a @ b`` (into ``out``, adding to it when ``accumulate``) through cuBLAS's C API for
+        2-D (or 1-D) float32/float64 operands in any row- or column-major layout (transposed views
+        included: cuBLAS's op flags and leading dimensions); other layouts are made contiguous
+        first. Batched, float16 and integer products go through ``cupy.matmul`` (not capturable
+        into a CUDA graph: CuPy refuses cuBLAS during stream capture)."""
         dt = np.result_type(a.dtype, b.dtype)
-        direct = (
-            a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype == dt and dt in self._gemm_consts
-            and a.flags.c_contiguous and b.flags.c_contiguous
-            and (out is None or (out.flags.c_contiguous and out.dtype == dt))
-        )  # fmt: skip
-        if not direct:
+        if (a.ndim > 2 or b.ndim > 2 or a.ndim == 0 or b.ndim == 0 or a.dtype != dt or b.dtype != dt
+                or dt not in self._gemm_consts or (out is not None and (not out.flags.c_contiguous or out.dtype != dt))):  # fmt: skip
             return store_product(cp.matmul(a, b), out, accumulate)
-        m, k = a.shape
-        n = b.shape[1]
+        shape = (a.shape[:-1] if a.ndim == 2 else ()) + (b.shape[1:] if b.ndim == 2 else ())
+        a2 = a if a.ndim == 2 else a.reshape(1, -1)
+        b2 = b if b.ndim == 2 else b.reshape(-1, 1)
+        m, k = a2.shape
+        n = b2.shape[1]
         if out is None:
-            out = cp.empty((m, n), dt)
+            out = self.empty(shape, dt)
         if m == 0 or n == 0:
             return out
         if k == 0:
             if not accumulate:
                 out.fill(0)
             return out
+        # row-major C = A @ B is column-major C^T = B^T @ A^T
+        first = _blas_operand(b2)
+        if first is None:
+            b2 = cp.ascontiguousarray(b2)
+            first = _blas_operand(b2)
+        second = _blas_operand(a2)
+        if second is None:
+            a2 = cp.ascontiguousarray(a2)
+            second = _blas_operand(a2)
+        assert first is not None and second is not None
         blas = self._blas()
         stream = _current_stream().ptr
         if self._cublas_stream != stream:
             blas.set_stream(stream)
             self._cublas_stream = stream
         one, zero = self._gemm_consts[dt]
-        beta = one if accumulate else zero
-        # row-major C = A @ B is column-major C^T = B^T @ A^T
-        blas.gemm(
-            dt, n, m, k, one.ctypes.data, b.data.ptr, n, a.data.ptr, k, beta.ctypes.data, out.data.ptr, n
-        )
+        ta, lda = first
+        tb, ldb = second
+        blas.gemm(dt, ta, tb, n, m, k, one, b2.data.ptr, lda, a2.data.ptr, ldb, one if accumulate else zero,
+                  out.data.ptr, n)  # fmt: skip
         return out
 
 
-# ---------------------------------------------------------------------------------------------
-# disk cache: JSON (PTX text + entry name + parameter format), written atomically, checksummed
-
-
-def disk_cache_dir() -> str:
-    d = os.environ.get("FUSETREE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "fusetree"
-    )
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    return d
-
-
-def read_disk_cache(d: str, key: str) -> dict | None:
-    path = os.path.join(d, f"{key}.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            entry = json.load(f)
-        body = {k: entry[k] for k in ("ptx", "entry", "fmt")}
-        if entry.get("sha256") != _digest(body) or entry.get("version") != config.CODEGEN_VERSION:
-            raise ValueError("checksum or version mismatch")
-        return body
-    except FileNotFoundError:
-        return None
-    except Exception:
-        try:  # corrupted or foreign entry: drop it and rebuild
-            os.unlink(path)
-        except OSError:
-            pass
-        return None
-
-
-def write_disk_cache(d: str, key: str, body: dict) -> None:
-    entry = dict(body, sha256=_digest(body), version=config.CODEGEN_VERSION)
-    fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".json")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(entry, f)
-        os.replace(tmp, os.path.join(d, f"{key}.json"))
-    except OSError:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-
-
-def _digest(body: dict) -> str:
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
-def save_source(spec: Any, source: str) -> str:
-    d = os.path.join(disk_cache_dir(), "failed")
-    os.makedirs(d, mode=0o700, exist_ok=True)
-    path = os.path.join(d, f"{spec.name}.py")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(source)
-    return path
+def _blas_operand(x: Any) -> tuple[int, int] | None:
+    """(op, leading dimension) of 2-D ``x`` seen by cuBLAS (column-major) as ``x``'s transpose:
+    a row-major layout is that transpose as it is (op N); a column-major one (a transposed view)
+    is ``x`` itself, transposed by cuBLAS (op T). None for other strides."""
+    r, c = x.shape
+    it = x.itemsize
+    s0, s1 = x.strides
+    if c == 1:
+        s1 = it
+    if r == 1:
+        s0 = max(c, 1) * it
+    if s1 == it and s0 > 0 and s0 % it == 0 and s0 // it >= max(1, c):
+        return 0, s0 // it
+    if s0 == it and s1 > 0 and s1 % it == 0 and s1 // it >= max(1, r):
+        return 1, s1 // it
+    return None
 
 
 def make_backend() -> CUDABackend:
     return CUDABackend()
 
 
-__all__ = ["CUDABackend", "compile_ptx"]
+__all__ = ["CUDABackend", "compile_ptx", "disk_cache_dir", "read_disk_cache", "write_disk_cache"]

@@ -14,8 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from ..codegen.common import Target
 from ..errors import DeviceError
-from . import cuda_helpers
+from . import helpers
 from .base import Backend, mapped, pow2_at_least, store_product
 from .cpu import _flat_view, _frame_outputs, host_view
 
@@ -25,20 +26,27 @@ if "numba.cuda" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1"
         "run it in its own process"
     )
 os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
-from . import numpy_shim
+from .shim import numpy_shim
 
 numpy_shim()
 from numba import cuda  # noqa: E402
 
 
+class SimLauncher:
+    __slots__ = ("flat", "fn", "name", "source")
+
+    def __init__(self, fn: Any, name: str, flat: bool) -> None:
+        self.fn, self.name, self.flat, self.source = fn, name, flat, ""
+
+
 class SimBackend(Backend):
     name = "cuda-sim"
     device = "cuda-sim"
-    target = "cuda-sim"
+    target = Target("cuda-sim")  # the simulator reads NumPy arrays directly: no storage changes
     xp = np
 
     def __init__(self) -> None:
-        self.ns = cuda_helpers.namespace(lambda f: f, None)  # the simulator runs plain Python
+        self.ns = helpers.namespace(lambda f: f, None)  # the simulator runs plain Python
         self.ns["cuda"] = cuda
 
     def cache_tag(self) -> str:
@@ -49,21 +57,24 @@ class SimBackend(Backend):
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
         ns = dict(self.ns)
         exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
-        return cuda.jit(ns[spec.name]), {}
+        return SimLauncher(cuda.jit(ns[spec.name]), spec.name, spec.flat), {}
 
-    def view(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
+    def view_at(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
         return host_view(root, offset, shape, strides, dtype)
 
-    def bind(self, data: Any, layout: str, flat: bool) -> tuple:
-        if flat or layout == "C":
+    def restride(self, data: Any, shape: tuple[int, ...], estrides: tuple[int, ...]) -> Any:
+        item = data.dtype.itemsize
+        return host_view(data, 0, shape, tuple(s * item for s in estrides), data.dtype)
+
+    def bind(self, data: Any, strided: bool) -> tuple:
+        if not strided:
             return (data.reshape(-1),)
         base, off, strides, _ = _flat_view(data)
         return (base, off, *strides)
 
-    def launch(self, plan: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
-        flat = plan.spec.flat
+    def launch(self, launcher: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
         for o, lay in zip(outs, layouts):
-            if flat or lay == "C":
+            if lay == "C":
                 args.append(o.reshape(-1))
             else:
                 base, off, strides, copied = _flat_view(o)
@@ -71,29 +82,29 @@ class SimBackend(Backend):
                     raise DeviceError("cuda-sim: cannot write through this output view")
                 args.extend((base, off, *strides))
         n = int(np.prod(shape, dtype=np.int64))
-        args.extend([n] if flat else list(shape))
+        args.extend([n] if launcher.flat else (list(shape) if shape else [1]))
         args.append(n)
         block = 32
         grid = max(1, min((n + block - 1) // block, 4))
-        plan.kernel[grid, block](*args)
+        launcher.fn[grid, block](*args)
 
     def bind_frame(self, data: Any, smap: tuple) -> tuple:
         base, off, strides, _ = _flat_view(data)
         return (base, off, *mapped(strides, smap))
 
-    def launch_frame(self, plan: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
+    def launch_frame(self, launcher: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:
         from .. import config
 
-        staged = _frame_outputs(args, outs, smaps, widen=False)
+        staged = _frame_outputs(args, outs, smaps)
         nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
         tpr = config.current.reduce_threads or min(pow2_at_least(-(-clen // 4)), 64)
         block = tpr if tpr >= 32 else 32
         grid = max(1, min(-(-nkeep // (block // tpr)), 4))
-        plan.kernel[grid, block](*args, *geometry, tpr)
+        launcher.fn[grid, block](*args, *geometry, tpr)
         for o, buf in staged:
             np.copyto(o, buf, casting="unsafe")
 
-    def matmul(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
+    def gemm(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         return store_product(np.matmul(a, b), out, accumulate)
 
     def copy(self, dst: Any, src: Any) -> None:

@@ -11,7 +11,7 @@ from typing import Union
 
 import numpy as np
 
-from .errors import DTypeError
+from ..errors import DTypeError
 
 SUPPORTED = tuple(
     np.dtype(n)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import networkx as nx
 
-from .ir import Node
+from ..ir.node import Node
 
 
 def build(roots: Sequence[Node], leaf_index: dict[int, int] | None = None) -> nx.DiGraph:
@@ -20,7 +20,7 @@ def build(roots: Sequence[Node], leaf_index: dict[int, int] | None = None) -> nx
     if leaf_index is None:
         leaf_index = {}
         for r in roots:
-            for leaf in r.leaves:
+            for leaf in r.all_leaves:
                 leaf_index.setdefault(id(leaf), len(leaf_index))
     g = nx.DiGraph()
     canon: dict[tuple, int] = {}  # (key, leaf positions) -> graph node

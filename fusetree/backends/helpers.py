@@ -121,7 +121,7 @@ def sim_storage(dt: np.dtype) -> np.dtype:
 
 def namespace(jit_device: Callable[[Any], Any], libdevice: Any | None) -> dict[str, Any]:
     """Names the generated source refers to, compiled with ``jit_device``."""
-    from .. import dtypes
+    from ..ir import dtypes
 
     ns: dict[str, Any] = {"math": math, "np": np}
     for d in dtypes.SUPPORTED:

@@ -18,11 +18,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
+from ..errors import DTypeError
 from . import dtypes
-from .errors import DTypeError
 
 Template = str | dict[str, str]
 
@@ -166,12 +167,36 @@ INPLACE_OPERATORS = {
 } | {"__imatmul__": "matmul"}  # fmt: skip
 
 
-@lru_cache(maxsize=4096)
-def result_dtype(op: str, descs: tuple[dtypes.Desc, ...], attrs: tuple = ()) -> np.dtype:
-    """Result dtype of ``op`` on operands described by ``descs`` (dtypes, or Python types if weak).
+class Rule(NamedTuple):
+    """The dtypes of one application of an op: the result's and each operand's compute dtype."""
 
-    Raises DTypeError naming the op and the operand dtypes when NumPy refuses the combination.
-    """
+    out: np.dtype
+    operands: tuple[np.dtype, ...]
+
+
+_RULES: dict[tuple, Rule] = {}
+# binary ops on two dtypes (or a dtype and a weak Python float): (op, desc0, desc1) -> Rule, the
+# operators' fast path (one tuple, one lookup)
+RULES2: dict[tuple, Rule] = {}
+
+
+def rule(op: str, descs: tuple[dtypes.Desc, ...], attrs: tuple = ()) -> Rule:
+    """The dtype rule of ``op`` on operands described by ``descs`` (dtypes, or Python types if
+    weak), memoized: one dict lookup on the hot path. Raises DTypeError naming the op and the
+    operand dtypes when NumPy refuses the combination."""
+    k = (op, descs, attrs)
+    r = _RULES.get(k)
+    if r is None:
+        out = result_dtype(op, descs, attrs)
+        r = _RULES[k] = Rule(out, tuple(operand_dtype(op, descs, out, i) for i in range(len(descs))))
+        if len(descs) == 2 and not attrs and descs[1] is not int:
+            RULES2[(op, descs[0], descs[1])] = r
+    return r
+
+
+def result_dtype(op: str, descs: tuple[dtypes.Desc, ...], attrs: tuple = ()) -> np.dtype:
+    """Result dtype of ``op`` on operands described by ``descs``: NumPy's reference run on
+    one-element samples (so the rule is NumPy's by construction)."""
     d = OPS[op]
     samples = [dtypes.sample(x) for x in descs]
     try:
@@ -186,23 +211,22 @@ def result_dtype(op: str, descs: tuple[dtypes.Desc, ...], attrs: tuple = ()) -> 
     return dtypes.check(dt, f"result of {op}")
 
 
-@lru_cache(maxsize=4096)
 def operand_dtype(op: str, descs: tuple[dtypes.Desc, ...], out: np.dtype, index: int) -> np.dtype:
     """The compute dtype operand ``index`` is cast to before ``op``'s template is applied."""
-    rule = OPS[op].operands
-    if rule == "out":
+    rule_ = OPS[op].operands
+    if rule_ == "out":
         return dtypes.register(out)
-    if rule == "bool" or (rule == "where" and index == 0):
+    if rule_ == "bool" or (rule_ == "where" and index == 0):
         return np.dtype(np.bool_)
-    if rule == "where":
+    if rule_ == "where":
         return dtypes.register(out)
-    if rule == "common":
+    if rule_ == "common":
         return dtypes.register(dtypes.result_type(*descs))
     d = descs[index]
     return dtypes.register(d if isinstance(d, np.dtype) else dtypes.weak_default(d))
 
 
-__all__ = ["OPS", "OpDef", "operand_dtype", "result_dtype"]
+__all__ = ["OPS", "REDUCTIONS", "OpDef", "ReduceDef", "Rule", "operand_dtype", "result_dtype", "rule"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,25 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import dtypes
-from .codegen import KernelSpec, Ref, Writer, cast, convert, header, op_value
-from .ops import REDUCTIONS, identity_value, reduce_dtypes
+from ..ir import dtypes
+from ..ir.ops import REDUCTIONS, identity_value, reduce_dtypes
+from ..schedule.spec import KernelSpec, Ref
+from . import abi
+from .common import Target, Writer, cast, convert, header, op_value
 
 UNROLL = 4  # CUDA: elements per thread per step of an element loop (independent loads in flight)
-
-
-def _params(spec: KernelSpec, target: str) -> list[str]:
-    nd = spec.ndim
-    offsets = target in ("cpu", "cuda-sim")
-    p: list[str] = []
-    for i, lf in enumerate(spec.leaves):
-        if lf.kind == "scalar":
-            p.append(f"s{i}")
-            continue
-        p += [f"in{i}"] + ([f"in{i}_o"] if offsets else []) + [f"in{i}_s{d}" for d in range(nd)]
-    for k in range(len(spec.outs)):
-        p += [f"out{k}"] + ([f"out{k}_o"] if offsets else []) + [f"out{k}_s{d}" for d in range(nd)]
-    return p + [f"n{d}" for d in range(nd)] + ["nrows", "rowlen", "nchunks", "clen", "tpr"]
 
 
 class _Levels:
@@ -96,17 +84,18 @@ def _cone(spec: KernelSpec, lev: _Levels, roots: list[Ref]) -> list[int]:
     return sorted(need)
 
 
-def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tuple[str, list[str]]:  # type: ignore[no-untyped-def]
+def render(spec: KernelSpec, target: Target) -> tuple[str, list[str]]:
+    """Source of reduction kernel ``spec`` for ``target`` and its parameter names."""
     assert spec.frame is not None
     axes, partial = spec.frame
-    cuda = target in ("cuda", "cuda-sim")
-    offsets = target in ("cpu", "cuda-sim")
+    cuda = target.cuda
+    offsets = target.offsets
     nd = spec.ndim
     kept = [d for d in range(nd) if d not in axes]
-    params = _params(spec, target)
+    params = [p.name for p in abi.params(spec, target.name)]
     lev = _Levels(spec)
     w = Writer()
-    for line in header(spec, target, params):
+    for line in header(spec, target.name, params):
         w(line)
     w(f"# frame: reduced axes {tuple(axes)}, {lev.phases} phase(s){', partial' if partial else ''}")
     w(f"def {spec.name}({', '.join(params)}):")
@@ -125,7 +114,7 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
         r: Ref = ("x", i)
         desc[r] = lf.desc
         if lf.kind == "scalar":
-            reg[r], name[r] = scalar_storage(lf.dtype), f"s{i}"
+            reg[r], name[r] = target.scalar_storage(lf.dtype), f"s{i}"
         else:  # full values carry a copy suffix "{s}" (unrolled element loops), row values none
             reg[r], name[r] = dtypes.register(lf.dtype), f"x{i}" + ("{s}" if lf.layout == "full" else "")
     # accumulators of the reductions
@@ -134,7 +123,7 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
         if o.op == "reduce":
             src = spec.ops[o.args[0][1]].dtype if o.args[0][0] == "t" else spec.leaves[o.args[0][1]].dtype
             kind = o.attrs[0]
-            accs[j] = (kind, dtypes.register(src), reduce_dtypes(kind, src, target)[1])
+            accs[j] = (kind, dtypes.register(src), reduce_dtypes(kind, src, target.name)[1])
 
     def comb(kind: str, a: str, b: str) -> str:
         return REDUCTIONS[kind].combine.format(a, b)
@@ -153,7 +142,7 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
             w(f"sh{j} = cuda.shared.array(32, {dtypes.CTOR[acc]})")
             if REDUCTIONS[kind].index:
                 w(f"sh{j}_i = cuda.shared.array(32, int64)")
-            if target == "cuda-sim":
+            if target.name == "cuda-sim":
                 w(f"sx{j} = cuda.shared.array(1024, {dtypes.CTOR[acc]})")
                 if REDUCTIONS[kind].index:
                     w(f"sx{j}_i = cuda.shared.array(1024, int64)")
@@ -187,7 +176,7 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
 
     def load_leaf(i: int, where: str) -> None:
         lf = spec.leaves[i]
-        wc(f"{name[('x', i)]} = {cast(f'in{i}[{where}]', storage(lf.dtype), dtypes.register(lf.dtype))}")
+        wc(f"{name[('x', i)]} = {target.load(f'in{i}[{where}]', lf.dtype)}")
 
     used_row_leaves = sorted(
         {a[1] for o in spec.ops for a in o.args if a[0] == "x" and lev.level[a] == "row"}
@@ -294,7 +283,7 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
 
         element_loop(ops_needed, full_leaves(ops_needed, inputs), update)
         if cuda:
-            _group_combine(w, red, accs, comb, sim=target == "cuda-sim")
+            _group_combine(w, red, accs, comb, sim=target.name == "cuda-sim")
         for j in red:
             kind, _, acc = accs[j]
             o = spec.ops[j]
@@ -318,7 +307,7 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
         def store() -> None:
             for k in full_outs:
                 o = spec.outs[k]
-                wc(f"out{k}[out{k}_e{{s}}] = {cast(name[o.ref], reg[o.ref], storage(o.dtype))}")
+                wc(f"out{k}[out{k}_e{{s}}] = {target.store(name[o.ref], reg[o.ref], o.dtype)}")
 
         element_loop(ops_needed, full_leaves(ops_needed, refs), store)
     row_outs = [k for k, o in enumerate(spec.outs) if o.layout != "full"]
@@ -333,9 +322,9 @@ def render_frame(spec: KernelSpec, target: str, storage, scalar_storage) -> tupl
                 j = out.ref[1]
                 acc = accs[j][2]
                 at = f"out{k}_o + rr" if offsets else "rr"
-                w(f"out{k}[{at}] = {cast(f'a{j}', acc, storage(out.dtype))}")
+                w(f"out{k}[{at}] = {target.store(f'a{j}', acc, out.dtype)}")
             else:
-                w(f"out{k}[out{k}_w] = {cast(name[out.ref], reg[out.ref], storage(out.dtype))}")
+                w(f"out{k}[out{k}_w] = {target.store(name[out.ref], reg[out.ref], out.dtype)}")
         if guard:
             w.dedent()
     if cuda:

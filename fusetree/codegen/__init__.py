@@ -1,0 +1,22 @@
+"""Codegen: a :class:`~fusetree.schedule.spec.KernelSpec` rendered as source for a target.
+
+Pure string work: :mod:`.abi` defines every kernel's parameters (one definition for all targets),
+:mod:`.elementwise` renders fused elementwise kernels, :mod:`.frame` fused reduction kernels.
+The backends compile the source (numba ``njit`` on the CPU, ``numba.cuda.compile_ptx`` for CUDA).
+"""
+
+from __future__ import annotations
+
+from ..schedule.spec import KernelSpec
+from . import abi, elementwise, frame
+from .common import Target
+
+
+def render(spec: KernelSpec, target: Target, unroll: int = 1) -> tuple[str, list[str]]:
+    """Source of ``spec`` for ``target`` and its parameter names (see :mod:`.abi`)."""
+    if spec.frame is not None:
+        return frame.render(spec, target)
+    return elementwise.render(spec, target, unroll)
+
+
+__all__ = ["Target", "abi", "render"]

@@ -1,0 +1,11 @@
+"""The engine: realization (plan cache, live-value rule, stores), the executor, the kernel cache and
+``ft.jit``. Plans come from :mod:`fusetree.schedule`, kernels from :mod:`fusetree.codegen` compiled
+and launched by :mod:`fusetree.backends`.
+"""
+
+from .kernels import cache_info
+from .realization import assign, clear_cache, compute_gemm, realize, realize_node, set_buffer
+from .state import HOOK, PENDING, check_readable, drop, reset_stats, stats
+
+__all__ = ["HOOK", "PENDING", "assign", "cache_info", "check_readable", "clear_cache", "compute_gemm",
+           "drop", "realize", "realize_node", "reset_stats", "set_buffer", "stats"]  # fmt: skip

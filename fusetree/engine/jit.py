@@ -1,0 +1,670 @@
+"""``ft.jit``: trace a step function once per input signature, replay its launches afterwards.
+
+The first call with a given signature (each argument's device, shape, dtype, strides and how the
+arguments' memory overlaps) runs the function eagerly while the executor describes every GEMM,
+fused kernel and copy it launches, with arguments addressed as (root, byte offset, shape, strides):
+roots are the call's array arguments, buffers the trace allocated, and constants (arrays the
+function captured). Later calls with the same signature rebind the new arguments' memory and
+re-launch the recorded kernels through the same launchers: no IR nodes, no plans.
+
+Scalars and Python control flow are frozen at trace time (as in JAX): a function whose kernels
+depend on argument *values* (``if float(x) > 0``) cannot be traced and raises.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from .. import backends
+from ..errors import DeviceError, UnsupportedError
+from ..frontend.array import Array, wrap
+from ..frontend.creation import asarray
+from ..ir.node import make_buffer, make_contiguous
+from . import realization as _realize
+from . import replay
+from .state import HOOK, LOCK, STATS
+
+_lock = threading.RLock()
+
+
+class Desc(NamedTuple):
+    """Memory relative to a root of the trace."""
+
+    root: int  # index into the replay's root list
+    offset: int  # bytes from the root's element [0, ..., 0]
+    shape: tuple
+    strides: tuple  # bytes
+    dtype: np.dtype
+
+
+class Arg(NamedTuple):
+    """A recorded kernel input: a scalar value, or memory bound flat/strided or with a frame map."""
+
+    desc: Desc | None
+    form: Any  # strided (bool) or a reduction kernel's stride map
+    value: Any = None
+
+
+class Out(NamedTuple):
+    """A recorded output: a buffer the trace allocated (a new root per call) or a view of memory."""
+
+    new: bool
+    root: int
+    desc: Desc | None
+    shape: tuple
+    dtype: np.dtype
+
+
+class Kernel(NamedTuple):
+    launcher: Any
+    inputs: tuple[Arg, ...]
+    outputs: tuple[Out, ...]
+    layouts: tuple[str, ...]
+    shape: tuple[int, ...]
+
+
+class FrameKernel(NamedTuple):
+    launcher: Any
+    inputs: tuple[Arg, ...]
+    outputs: tuple[Out, ...]
+    omaps: tuple
+    geometry: tuple
+
+
+class Gemm(NamedTuple):
+    operands: tuple[Desc, ...]  # (a, b) or (a, b, c, d): the second product accumulates
+    out: int  # root
+
+
+class Copy(NamedTuple):
+    target: Desc
+    src: Desc | None
+    value: Any = None
+
+
+@dataclass
+class Trace:
+    """What a traced call did, as ops over roots; what a replay runs."""
+
+    device: str
+    n_inputs: int
+    ops: list = field(default_factory=list)
+    constants: list = field(default_factory=list)  # (root index, array)
+    n_roots: int = 0
+    results: list = field(default_factory=list)  # (Desc | None, python value) per returned item
+    single: bool = False
+    graph: Any = None  # a _Graph once captured (ft.jit(graph=True))
+    prepared: list | None = None  # per op: a replay.Launch (kernels), else None
+
+    @property
+    def written_inputs(self) -> tuple[int, ...]:
+        """Indices of the array arguments the trace writes into (``out[...] = ...``, ``x += 1``)."""
+        roots: set[int] = set()
+        for op in self.ops:
+            if isinstance(op, Kernel | FrameKernel):
+                roots.update(o.desc.root for o in op.outputs if o.desc is not None)
+            elif isinstance(op, Copy):
+                roots.add(op.target.root)
+        return tuple(sorted(r for r in roots if r < self.n_inputs))
+
+
+class _Recorder:
+    """Receives the executor's launches during a trace (``HOOK.recorder``)."""
+
+    def __init__(self, device: str, inputs: list[Any]) -> None:
+        self.be = backends.get(device)
+        self.trace = Trace(device, len(inputs))
+        self.spans: list[tuple[int, int, int, Any]] = []  # (lo, hi, root index, array)
+        self.root_ptr: list[int] = []
+        for a in inputs:
+            self._add_root(a)
+
+    def _add_root(self, a: Any) -> int:
+        k = len(self.root_ptr)
+        self.root_ptr.append(self.be.ptr(a))
+        lo, hi = self.be.nbytes_span(a)
+        self.spans.append((lo, hi, k, a))
+        self.trace.n_roots = k + 1
+        return k
+
+    def _find(self, a: Any) -> Desc | None:
+        p = self.be.ptr(a)
+        for lo, hi, k, _ in reversed(self.spans):
+            if lo <= p < hi or (lo == p == hi):
+                return Desc(k, p - self.root_ptr[k], tuple(a.shape), tuple(a.strides), a.dtype)
+        return None
+
+    def desc(self, a: Any) -> Desc:
+        d = self._find(a)
+        if d is None:  # memory fusetree did not allocate: a constant the trace keeps alive
+            k = self._add_root(a)
+            self.trace.constants.append((k, a))
+            d = Desc(k, 0, tuple(a.shape), tuple(a.strides), a.dtype)
+        return d
+
+    def _args(self, described: list) -> tuple[Arg, ...]:
+        return tuple(Arg(None, None, d[1]) if d[0] == "s" else Arg(self.desc(d[1]), d[2]) for d in described)
+
+    def _outs(self, outs: list) -> tuple[Out, ...]:
+        """Outputs inside known memory are views; others were allocated by the engine: new roots
+        (the recorder holds every root, so no allocation can reuse a root's memory)."""
+        res = []
+        for o in outs:
+            d = self._find(o)
+            if d is None:
+                res.append(Out(True, self._add_root(o), None, tuple(o.shape), o.dtype))
+            else:
+                res.append(Out(False, d.root, d, d.shape, d.dtype))
+        return tuple(res)
+
+    def kernel(
+        self, be: Any, launcher: Any, described: list, outs: list, layouts: tuple, shape: tuple
+    ) -> None:
+        self.trace.ops.append(
+            Kernel(launcher, self._args(described), self._outs(outs), tuple(layouts), tuple(shape))
+        )
+
+    def frame_kernel(
+        self, be: Any, launcher: Any, described: list, outs: list, omaps: list, geometry: tuple
+    ) -> None:
+        self.trace.ops.append(
+            FrameKernel(launcher, self._args(described), self._outs(outs), tuple(omaps), tuple(geometry))
+        )
+
+    def gemm(self, be: Any, operands: list[Any], out: Any) -> None:
+        descs = tuple(self.desc(x) for x in operands)
+        self.trace.ops.append(Gemm(descs, self._add_root(out)))
+
+    def copy(self, be: Any, target: Any, src: Any) -> None:
+        t = self.desc(target)
+        if hasattr(src, "shape"):
+            self.trace.ops.append(Copy(t, self.desc(src)))
+        else:
+            self.trace.ops.append(Copy(t, None, src))
+
+
+def _signature(args: tuple) -> tuple:
+    """Device, shape, dtype and strides of each array argument, the hashable values, and how the
+    arrays' memory overlaps (which earlier argument, at what byte offset): a replay is valid for
+    exactly the calls whose arguments overlap the same way. (Addresses and spans are cached on the
+    arguments' buffer nodes.)"""
+    sig: list[Any] = []
+    spans: list[tuple[int, int, int]] = []  # (lo, hi, ptr) per array argument
+    for a in args:
+        if isinstance(a, Array):
+            n = a._node
+            if n.op != "buffer":
+                _realize.realize((a,))
+                n = a._node
+            p = n.ptr  # type: ignore[attr-defined]
+            lo, hi = n.span  # type: ignore[attr-defined]
+            if spans:
+                overlaps = tuple(
+                    (j, p - pj) for j, (lo_j, hi_j, pj) in enumerate(spans) if lo < hi_j and lo_j < hi
+                )
+            else:
+                overlaps = ()
+            spans.append((lo, hi, p))
+            sig.append((n.device, n.shape, n.dtype, n.data.strides, overlaps))  # type: ignore[attr-defined]
+        else:
+            try:
+                hash(a)
+            except TypeError:
+                raise UnsupportedError(
+                    f"ft.jit: argument of type {type(a).__name__} is neither an array nor hashable"
+                ) from None
+            sig.append(("value", type(a), a))
+    return tuple(sig)
+
+
+class JitFunction:
+    """A traced function; see :func:`jit`."""
+
+    def __init__(self, fn: Any, graph: bool = False) -> None:
+        self.fn = fn
+        self.graph = graph
+        self.plans: dict[tuple, Trace] = {}
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any) -> Any:
+        args = tuple(a if isinstance(a, Array) or backends.device_of(a) is None else asarray(a) for a in args)
+        sig = _signature(args)
+        trace = self.plans.get(sig)
+        if trace is None:
+            return self._trace(sig, args)
+        if self.graph:
+            return self._graph_replay(trace, args)
+        return self._replay(trace, args)
+
+    def _trace(self, sig: tuple, args: tuple) -> Any:
+        arrays = [a for a in args if isinstance(a, Array)]
+        devices = {a.device for a in arrays}
+        if len(devices) > 1:
+            raise DeviceError(f"ft.jit: arguments on several devices {sorted(devices)}")
+        device = devices.pop() if devices else "cpu"
+        with _lock, LOCK:
+            if HOOK.recorder is not None:
+                raise UnsupportedError("ft.jit: nested traced calls are not supported")
+            rec = _Recorder(device, [a._node.data for a in arrays])  # type: ignore[attr-defined]
+            HOOK.recorder = rec
+            try:
+                # fresh wrappers, so realizing inside the trace never rewrites the caller's arrays
+                inner = tuple(
+                    wrap(make_buffer(a._node.data, a.device)) if isinstance(a, Array) else a  # type: ignore[attr-defined]
+                    for a in args
+                )
+                out = self.fn(*inner)
+                single = not isinstance(out, tuple | list)
+                items = [out] if single else list(out)
+                _realize.realize([x for x in items if isinstance(x, Array)])
+                rec.trace.single = single
+                for x in items:
+                    rec.trace.results.append(
+                        (rec.desc(x._node.data), None) if isinstance(x, Array) else (None, x)  # type: ignore[attr-defined]
+                    )
+            finally:
+                HOOK.recorder = None
+        self.plans[sig] = rec.trace
+        STATS["traces"] += 1
+        return out if single else type(out)(items) if isinstance(out, tuple) else items
+
+    def _graph_replay(self, trace: Trace, args: tuple) -> Any:
+        """Launch the trace's graph. Arguments only fusetree's kernels touch are *bound*: the graph
+        reads and writes the caller's memory, and when an argument's address differs from the last
+        call's, the kernel nodes using it are re-pointed (no copy). Arguments a GEMM or a copy
+        reads are *staged*: copied into a static buffer the graph reads (and copied back when the
+        function writes them). Returned arrays the function allocated are the graph's static
+        buffers: the next call overwrites them (as with torch.cuda.graphs); copy what must
+        survive. A returned argument is the caller's array."""
+        g = trace.graph
+        if g is None:
+            g = trace.graph = _capture(self, trace, args)
+            STATS["graph_captures"] += 1
+        be = backends.get(trace.device)
+        datas = []
+        changed = []
+        k = 0
+        for a in args:
+            if isinstance(a, Array):
+                d = a._node.data  # type: ignore[attr-defined]
+                datas.append(d)
+                s = g.inputs[k]
+                if s is None:  # bound: the graph reads and writes the caller's memory
+                    p = a._node.ptr  # type: ignore[attr-defined]
+                    if p != g.addresses[k]:
+                        g.addresses[k] = p
+                        g.roots[k] = d
+                        changed.append(k)
+                elif be.ptr(d) != be.ptr(s):  # staged: a private copy the graph reads
+                    be.copy(s, d)
+                    STATS["copies"] += 1
+                k += 1
+        if changed:
+            STATS["graph_node_updates"] += g.repoint(be, changed)
+        g.launch()
+        for k in g.written:
+            d, s = datas[k], g.inputs[k]
+            if be.ptr(d) != be.ptr(s):
+                be.copy(d, s)
+                STATS["copies"] += 1
+        STATS["replays"] += 1
+        STATS["graph_launches"] += 1
+        STATS["launches"] += 1
+        results = []
+        for (desc, value), r in zip(trace.results, g.results):
+            if desc is not None and desc.root < trace.n_inputs:
+                results.append(wrap(make_buffer(_as_array(be, datas, desc), trace.device)))
+            else:
+                results.append(r if desc is not None else value)
+        return results[0] if trace.single else tuple(results)
+
+    def _replay(self, trace: Trace, args: tuple, fixed: list[Any] | None = None, count: bool = True) -> Any:
+        """Re-launch the recorded ops on ``args``' memory. With ``fixed`` (a previous replay's
+        roots), buffers the trace allocates are reused instead: what a graph capture needs."""
+        be = backends.get(trace.device)
+        roots: list[Any] = [None] * trace.n_roots if fixed is None else list(fixed)
+        nodes: list[Any] = [None] * trace.n_roots  # the arguments' buffer nodes (cached addresses)
+        k = 0
+        for a in args:
+            if isinstance(a, Array):
+                roots[k] = a._node.data  # type: ignore[attr-defined]
+                nodes[k] = a._node
+                k += 1
+        for i, c in trace.constants:
+            roots[i] = c
+        n_launch = n_kernel = n_gemm = n_copy = 0
+        prepared = trace.prepared
+        if prepared is None:
+            prepared = trace.prepared = [
+                replay.prepare(be, op, isinstance(op, FrameKernel))
+                if isinstance(op, Kernel | FrameKernel)
+                else None
+                for op in trace.ops
+            ]
+        for op, launch in zip(trace.ops, prepared):
+            if launch is not None and replay.run(be, launch, roots, nodes, fixed is not None):
+                n_launch += 1
+                n_kernel += 1
+            elif isinstance(op, Kernel):
+                kargs = _bind_args(be, op.inputs, roots, False)
+                outs = _outputs(be, roots, op.outputs, fixed is not None)
+                be.launch(op.launcher, kargs, outs, op.layouts, op.shape)
+                n_launch += 1
+                n_kernel += 1
+            elif isinstance(op, FrameKernel):
+                kargs = _bind_args(be, op.inputs, roots, True)
+                outs = _outputs(be, roots, op.outputs, fixed is not None)
+                be.launch_frame(op.launcher, kargs, outs, list(op.omaps), op.geometry)
+                n_launch += 1
+                n_kernel += 1
+            elif isinstance(op, Gemm):
+                ops = [_as_array(be, roots, d) for d in op.operands]
+                out = be.gemm(ops[0], ops[1], out=roots[op.out] if fixed is not None else None)
+                if len(ops) == 4:
+                    out = be.gemm(ops[2], ops[3], out=out, accumulate=True)
+                roots[op.out] = out
+                n_launch += len(ops) // 2
+                n_gemm += len(ops) // 2
+            else:
+                target = _as_array(be, roots, op.target)
+                be.copy(target, _as_array(be, roots, op.src) if op.src is not None else op.value)
+                n_launch += 1
+                n_copy += 1
+        if count:
+            STATS["launches"] += n_launch
+            STATS["kernels"] += n_kernel
+            STATS["gemms"] += n_gemm
+            STATS["copies"] += n_copy
+            STATS["replays"] += 1
+        self._last_roots = roots
+        results = []
+        for d, v in trace.results:
+            if d is None:
+                results.append(v)
+            else:
+                r = roots[d.root]
+                if d.offset == 0 and r.shape == d.shape and r.strides == d.strides:  # a whole root
+                    results.append(wrap(make_contiguous(r, trace.device, d.shape, d.dtype)
+                                        if r.flags.c_contiguous else make_buffer(r, trace.device)))  # fmt: skip
+                else:
+                    results.append(
+                        wrap(make_buffer(be.view_at(r, d.offset, d.shape, d.strides, d.dtype), trace.device))
+                    )
+        return results[0] if trace.single else tuple(results)
+
+
+def _bind_args(be: Any, inputs: tuple[Arg, ...], roots: list[Any], frame: bool) -> list[Any]:
+    """Kernel arguments of recorded inputs: scalars as recorded, memory rebound on ``roots``."""
+    args: list[Any] = []
+    for a in inputs:
+        d = a.desc
+        if d is None:
+            args.append(a.value)
+            continue
+        data = be.view_at(roots[d.root], d.offset, d.shape, d.strides, d.dtype)
+        args.extend(be.bind_frame(data, a.form) if frame else be.bind(data, a.form))
+    return args
+
+
+def _outputs(be: Any, roots: list[Any], outs: tuple[Out, ...], fixed: bool = False) -> list[Any]:
+    res = []
+    for o in outs:
+        if o.new:
+            arr = roots[o.root] if fixed else be.empty(o.shape, o.dtype)
+            roots[o.root] = arr
+        else:
+            d = o.desc
+            assert d is not None
+            arr = be.view_at(roots[d.root], d.offset, d.shape, d.strides, d.dtype)
+        res.append(arr)
+    return res
+
+
+@dataclass
+class _Graph:
+    """A trace as a CUDA graph (or, on host devices, replayed into fixed buffers)."""
+
+    inputs: list[Any]  # per array argument: its static copy (staged), or None (bound)
+    roots: list[Any]  # every buffer of the trace (bound arguments: the last call's)
+    results: list  # what a call returns: Arrays over static buffers (or Python values)
+    launch: Any  # runs the graph once on the current stream
+    written: tuple[int, ...] = ()  # staged arguments the graph writes: copied back after a launch
+    exec: Any = None  # the executable graph (CUDA)
+    addresses: list[int] = field(default_factory=list)  # bound arguments: the address the nodes use
+    users: dict[int, list] = field(default_factory=dict)  # bound argument -> [(node, Launch)]
+
+    def repoint(self, be: Any, changed: list[int]) -> int:
+        """Re-point the kernel nodes that use the ``changed`` bound arguments; how many."""
+        todo: dict[int, Any] = {}
+        for k in changed:
+            for node, launch in self.users.get(k, ()):
+                todo[node] = launch
+        for node, launch in todo.items():
+            ptrs = [be.ptr(self.roots[p.root]) + p.offset for p in launch.patches]
+            be.patch_params(launch.params, launch.patches, ptrs, launch.last)
+            launch.last = ptrs
+            self.exec.set_kernel(node, launch.launcher.func, launch.grid, launch.block, launch.params[2])
+        return len(todo)
+
+
+def _capture(self: JitFunction, trace: Trace, args: tuple) -> _Graph:
+    be = backends.get(trace.device)
+    if trace.device == "cuda":
+        g = _build_graph(self, trace, args, be)
+        if g is not None:
+            return g
+    datas = [a._node.data for a in args if isinstance(a, Array)]  # type: ignore[attr-defined]
+    statics, groups = _static_inputs(be, datas)
+    hit = {groups[k] for k in trace.written_inputs}  # overlapping arguments are copied back together
+    written = tuple(k for k in range(len(datas)) if groups[k] in hit)
+    new_args = []
+    k = 0
+    for a in args:
+        if isinstance(a, Array):
+            new_args.append(wrap(make_buffer(statics[k], a.device)))
+            k += 1
+        else:
+            new_args.append(a)
+    self._replay(trace, tuple(new_args), count=False)  # allocates every buffer the trace needs
+    roots = self._last_roots
+    if trace.device != "cuda":
+        # no graphs on host devices: replay into the same fixed buffers, so graph=True behaves
+        # (static buffers, copies in and back) as it does on a GPU
+        fixed_args = tuple(new_args)
+
+        def launch() -> None:
+            self._replay(trace, fixed_args, fixed=roots, count=False)
+
+        first = self._replay(trace, fixed_args, fixed=roots, count=False)
+        results = [first] if trace.single else list(first)
+        return _Graph(statics, roots, results, launch, written)
+    # a trace the driver-built graph cannot hold: stream capture over static copies of every argument
+    cp = be.xp
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        try:
+            res = self._replay(trace, tuple(new_args), fixed=roots, count=False)
+            results = [res] if trace.single else list(res)
+        finally:
+            graph = stream.end_capture()
+    if hasattr(graph, "upload"):
+        graph.upload(cp.cuda.get_current_stream())
+    return _Graph(statics, roots, results, lambda: graph.launch(cp.cuda.get_current_stream()), written,
+                  graph)  # fmt: skip
+
+
+def _build_graph(self: JitFunction, trace: Trace, args: tuple, be: Any) -> _Graph | None:
+    """The trace as a graph built node by node: fusetree's kernels as kernel nodes over the
+    caller's memory (bound arguments), GEMMs and copies as stream-captured child graphs over
+    static copies (staged arguments). None when a kernel cannot be prepared for it."""
+    from ..backends.cudagraph import GraphBuilder
+
+    prepared = _prepare(trace, be)
+    if any(
+        isinstance(op, Kernel | FrameKernel) and launch is None for op, launch in zip(trace.ops, prepared)
+    ):
+        return None
+    n_in = trace.n_inputs
+    datas = [a._node.data for a in args if isinstance(a, Array)]  # type: ignore[attr-defined]
+    other: set[int] = set()  # roots GEMMs and copies touch
+    for op in trace.ops:
+        if isinstance(op, Gemm):
+            other.update(d.root for d in op.operands)
+        elif isinstance(op, Copy):
+            other.add(op.target.root)
+            if op.src is not None:
+                other.add(op.src.root)
+    groups = _overlap_groups(be, datas)
+    staged_groups = {groups[k] for k in range(n_in) if k in other}
+    staged = [k for k in range(n_in) if groups[k] in staged_groups]
+    statics, _ = _static_inputs(be, [datas[k] for k in staged])
+    inputs: list[Any] = [None] * n_in
+    for k, st in zip(staged, statics):
+        inputs[k] = st
+    written_all = set(trace.written_inputs)
+    hit = {groups[k] for k in staged if k in written_all}
+    written = tuple(k for k in staged if groups[k] in hit)
+    roots: list[Any] = [None] * trace.n_roots
+    for k in range(n_in):
+        roots[k] = inputs[k] if inputs[k] is not None else datas[k]
+    for i, c in trace.constants:
+        roots[i] = c
+    _allocate(trace, be, roots)
+    builder = GraphBuilder(be.driver)
+    users: dict[int, list] = {}
+    cp = be.xp
+    for op, launch in zip(trace.ops, prepared):
+        if launch is not None:
+            ptrs = [be.ptr(roots[p.root]) + p.offset for p in launch.patches]
+            be.patch_params(launch.params, launch.patches, ptrs, None)
+            launch.last = ptrs
+            node = builder.kernel(launch.launcher.func, launch.grid, launch.block, launch.params[2])
+            for r in {p.root for p in launch.patches}:
+                if r < n_in and inputs[r] is None:
+                    users.setdefault(r, []).append((node, launch))
+            continue
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            stream.begin_capture()
+            try:
+                if isinstance(op, Gemm):
+                    ops = [_as_array(be, roots, d) for d in op.operands]
+                    out = be.gemm(ops[0], ops[1], out=roots[op.out])
+                    if len(ops) == 4:
+                        be.gemm(ops[2], ops[3], out=out, accumulate=True)
+                else:
+                    target = _as_array(be, roots, op.target)
+                    be.copy(target, _as_array(be, roots, op.src) if op.src is not None else op.value)
+            finally:
+                child = stream.end_capture()
+        builder.child(child.graph, child)
+    ex = builder.instantiate()
+    results = []
+    for d, v in trace.results:
+        results.append(v if d is None else wrap(make_buffer(_as_array(be, roots, d), trace.device)))
+    addresses = [be.ptr(datas[k]) if inputs[k] is None else 0 for k in range(n_in)]
+
+    def launch_graph() -> None:
+        ex.launch(cp.cuda.get_current_stream().ptr)
+
+    return _Graph(inputs, roots, results, launch_graph, written, ex, addresses, users)
+
+
+def _prepare(trace: Trace, be: Any) -> list:
+    if trace.prepared is None:
+        trace.prepared = [
+            replay.prepare(be, op, isinstance(op, FrameKernel))
+            if isinstance(op, Kernel | FrameKernel)
+            else None
+            for op in trace.ops
+        ]
+    return trace.prepared
+
+
+def _allocate(trace: Trace, be: Any, roots: list[Any]) -> None:
+    """Allocate every buffer the trace makes (kernel outputs, GEMM results) into ``roots``."""
+    for op in trace.ops:
+        if isinstance(op, Kernel | FrameKernel):
+            for o in op.outputs:
+                if o.new and roots[o.root] is None:
+                    roots[o.root] = be.empty(o.shape, o.dtype)
+        elif isinstance(op, Gemm) and roots[op.out] is None:
+            a, b = op.operands[0], op.operands[1]
+            shape = (a.shape[:-1] if len(a.shape) == 2 else ()) + (b.shape[1:] if len(b.shape) == 2 else ())
+            roots[op.out] = be.empty(shape, np.result_type(a.dtype, b.dtype))
+
+
+def _overlap_groups(be: Any, datas: list[Any]) -> list[int]:
+    """For each argument, a representative of the arguments whose memory overlaps it."""
+    spans = [be.nbytes_span(d) for d in datas]
+    group = list(range(len(datas)))
+
+    def find(i: int) -> int:
+        while group[i] != i:
+            i = group[i]
+        return i
+
+    for i in range(len(datas)):
+        for j in range(i):
+            if spans[i][0] < spans[j][1] and spans[j][0] < spans[i][1]:
+                group[find(i)] = find(j)
+    return [find(i) for i in range(len(datas))]
+
+
+def _static_inputs(be: Any, datas: list[Any]) -> tuple[list[Any], list[int]]:
+    """Private copies of the arguments for a graph to read and write. Arguments whose memory
+    overlaps share one buffer, laid out as the caller's (the signature fixes that layout), and
+    every copy keeps its original's address modulo 256 (alignment)."""
+    spans = [be.nbytes_span(d) for d in datas]
+    groups = _overlap_groups(be, datas)
+    lo: dict[int, int] = {}
+    hi: dict[int, int] = {}
+    for r, (a, b) in zip(groups, spans):
+        lo[r] = min(lo.get(r, a), a)
+        hi[r] = max(hi.get(r, b), b)
+    bufs = {r: be.xp.empty(hi[r] - lo[r] + 256, np.uint8) for r in lo}
+    statics = []
+    for r, d in zip(groups, datas):
+        pad = (lo[r] - be.ptr(bufs[r])) % 256
+        v = be.view_at(bufs[r], pad + be.ptr(d) - lo[r], tuple(d.shape), tuple(d.strides), d.dtype)
+        be.copy(v, d)
+        statics.append(v)
+    return statics, groups
+
+
+def _as_array(be: Any, roots: list[Any], d: Desc) -> Any:
+    r = roots[d.root]
+    if d.offset == 0 and tuple(r.shape) == d.shape and tuple(r.strides) == d.strides:
+        return r
+    return be.view_at(r, d.offset, d.shape, d.strides, d.dtype)
+
+
+def jit(fn: Any = None, *, graph: bool = False) -> Any:
+    """Trace ``fn`` on its first call per input signature; replay the recorded launches after.
+
+    With ``graph=True`` (CUDA), the second call captures the trace as a CUDA graph (GEMMs
+    included, through fusetree's own cuBLAS handle) and every later call copies its inputs into
+    the graph's static buffers, launches the graph once, and copies the arguments the function
+    writes (``m[...] = ...``, ``x += 1``) back into the caller's arrays. The new arrays it returns
+    are static buffers: the next call overwrites them. Graphs are freed with the jitted function.
+    On host devices ``graph=True`` replays the trace into fixed buffers with the same semantics
+    (static buffers, copies in and back), so code can be checked there.
+
+    >>> import numpy as np, fusetree as ft
+    >>> @ft.jit
+    ... def f(x, y):
+    ...     return ft.tanh(x * y) + 1
+    >>> a = ft.asarray(np.ones(4, np.float32))
+    >>> ft.reset_stats(); _ = f(a, a); r = f(a, a)
+    >>> ft.stats()["traces"], ft.stats()["replays"], r.numpy().round(3).tolist()
+    (1, 1, [1.762, 1.762, 1.762, 1.762])
+    """
+    if fn is None:
+        return functools.partial(jit, graph=graph)
+    return JitFunction(fn, graph)

@@ -1,0 +1,68 @@
+"""Host time of each phase of an eager realization, for benchmarks/host_overhead.py."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import executor
+from .realization import context, run_group
+
+
+def _time(fn: Callable[[], Any], sync: Callable[[], None], n: int, repeats: int) -> float:
+    for _ in range(min(n, 200)):
+        fn()
+    sync()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        sync()
+        ts.append((time.perf_counter() - t0) / n * 1e6)
+    return statistics.median(ts)
+
+
+def phases(
+    build: Callable[[], Any], sync: Callable[[], None], n: int = 2000, repeats: int = 7
+) -> dict[str, float]:
+    """µs per call of each phase of realizing the array ``build()`` makes (a single elementwise
+    tree): building it, the plan lookup (a hit), allocating the output, binding the arguments,
+    the launch, and the realization of the prebuilt tree as a whole."""
+    a = build()
+    root = a._node
+    device, shape = root.device, root.shape
+    out = run_group([root], [], device, shape)[0]  # compiles, caches the plan
+    ctx = context(device)
+    be = ctx.be
+    key = (root.key, len(shape))
+    plan = ctx.plans[key]
+    step = plan.single
+    assert step is not None, "phases() times a single elementwise kernel"
+    leaves = root.leaves
+
+    def bind() -> list:
+        args: list = []
+        for x, strided in zip(leaves, step.forms):
+            if x.op == "buffer":
+                args.extend(executor.bind_leaf(be, x, strided))
+            else:
+                args.append(be.scalar_arg(x))
+        return args
+
+    def launch() -> None:
+        be.launch(step.launcher, bind(), [out], step.out_layouts, shape)
+
+    res = {
+        "build the tree": _time(build, sync, n, repeats),
+        "plan lookup (hit)": _time(lambda: ctx.plans.get(key), sync, n, repeats),
+        "allocate the output": _time(lambda: be.empty(shape, root.dtype), sync, n, repeats),
+        "bind arguments": _time(bind, sync, n, repeats),
+        "bind + launch": _time(launch, sync, n, repeats),
+        "realize the prebuilt tree (lookup, alloc, bind, launch)": _time(
+            lambda: run_group([root], [], device, shape), sync, n, repeats
+        ),
+    }
+    return res

@@ -1,0 +1,178 @@
+"""Recorded launches prepared for replay: argument templates with patch lists.
+
+A kernel launch ``ft.jit`` recorded addresses its memory as (root, byte offset): on replay only the
+roots change. :func:`prepare` lays the launch's arguments out once - every size, stride and scalar
+fixed - and lists the slots that depend on a root (a device pointer on CUDA; a host array and its
+element offset on the CPU). On CUDA each prepared launch owns its parameter buffer: a replay writes
+only the pointers that changed since its last launch (none, in a loop over the same arrays), then
+makes one ``cuLaunchKernel``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from ..backends.base import mapped
+
+
+class Patch(NamedTuple):
+    slot: int  # argument position
+    root: int
+    offset: int  # bytes from the root's element 0
+    kind: str  # "ptr" (device address), "base" (host allocation), "eoff" (element offset), "flat" (1-D host view)
+    size: int = 0  # "flat": elements
+    item: int = 1  # element size, for "eoff" and "flat"
+
+
+class Launch:
+    """One recorded kernel launch, ready to replay (see :func:`prepare`)."""
+
+    __slots__ = ("block", "grid", "last", "launcher", "n", "new", "params", "patches", "template")
+
+    def __init__(self, launcher: Any, template: list, patches: list[Patch], new: list[tuple], n: int,
+                 grid: int, block: int) -> None:  # fmt: skip
+        self.launcher = launcher
+        self.template = template
+        self.patches = patches
+        self.new = new  # (root, shape, dtype) of the outputs the launch allocates
+        self.n = n
+        self.grid = grid
+        self.block = block
+        self.params: Any = None  # CUDA: the launch's own parameter buffer
+        self.last: list | None = None  # CUDA: the pointers last written into it
+
+
+def _c_strides(shape: tuple, item: int) -> tuple:
+    out = []
+    s = item
+    for d in reversed(shape):
+        out.append(s)
+        s *= d
+    return tuple(reversed(out))
+
+
+def prepare(be: Any, op: Any, frame: bool) -> Launch | None:
+    """``op`` (a recorded Kernel or FrameKernel) as a :class:`Launch`, or None when this backend
+    replays it the generic way."""
+    host = be.target.name == "cpu"
+    if not host and be.target.name != "cuda":
+        return None
+    template: list = []
+    patches: list[Patch] = []
+
+    def array(root: int, offset: int, shape: tuple, strides: tuple, item: int, form: Any) -> None:
+        estr = tuple(s // item for s in strides)
+        if any(s % item for s in strides):
+            raise ValueError("strides not a multiple of the element size")
+        k = len(template)
+        if host:
+            if not frame and form is False:  # a C-contiguous array: a 1-D view
+                patches.append(Patch(k, root, offset, "flat", math.prod(shape), item))
+                template.append(None)
+                return
+            patches.append(Patch(k, root, offset, "base"))
+            patches.append(Patch(k + 1, root, offset, "eoff", 0, item))
+            template.extend((None, 0))
+        else:
+            patches.append(Patch(k, root, offset, "ptr"))
+            template.append(0)
+        if frame:
+            template.extend(mapped(estr, form))
+        elif form:
+            template.extend(estr)
+
+    try:
+        for a in op.inputs:
+            if a.desc is None:
+                template.append(a.value)
+            else:
+                d = a.desc
+                array(d.root, d.offset, d.shape, d.strides, d.dtype.itemsize, a.form)
+        new = []
+        forms = op.omaps if frame else [lay != "C" for lay in op.layouts]
+        for o, form in zip(op.outputs, forms):
+            item = o.dtype.itemsize
+            if o.new:
+                new.append((o.root, o.shape, o.dtype))
+                array(o.root, 0, o.shape, _c_strides(o.shape, item), item, form)
+            else:
+                d = o.desc
+                array(d.root, d.offset, d.shape, d.strides, item, form)
+    except ValueError:
+        return None
+    k = op.launcher
+    if frame:
+        geometry = op.geometry
+        template.extend(geometry)
+        n = geometry[-4] * geometry[-3]
+        if host:
+            template.append(1)
+            return Launch(k, template, patches, new, n, 1, 1)
+        tpr, grid, block = be.frame_config(k, geometry)
+        template.append(tpr)
+        return _with_params(be, Launch(k, template, patches, new, n, grid, block))
+    shape = op.shape
+    n = math.prod(shape)
+    if k.flat:
+        template.append(n)
+    else:
+        template.extend(shape if shape else (1,))
+    if host:
+        return Launch(k, template, patches, new, n, 1, 1)
+    template.append(n)
+    block = k.block
+    grid = min((n + block - 1) // block, k.max_blocks)
+    return _with_params(be, Launch(k, template, patches, new, n, grid, block))
+
+
+def _with_params(be: Any, launch: Launch) -> Launch:
+    launch.params = be.param_buffer(launch.launcher, launch.template)
+    return launch
+
+
+def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool) -> bool:
+    """Replay ``launch`` on ``roots`` (allocating the outputs it makes unless ``fixed``); False
+    when a root's memory cannot be addressed this way (replay that launch the generic way)."""
+    for r, shape, dtype in launch.new:
+        if not fixed:
+            roots[r] = be.empty(shape, dtype)
+    if launch.params is not None:  # CUDA: patch the pointers that changed, launch
+        ptrs = [(nodes[p.root].ptr if nodes[p.root] is not None else be.ptr(roots[p.root])) + p.offset
+                for p in launch.patches]  # fmt: skip
+        if ptrs != launch.last:
+            be.patch_params(launch.params, launch.patches, ptrs, launch.last)
+            launch.last = ptrs
+        be.launch_params(launch.launcher, launch.params, launch.grid, launch.block)
+        return True
+    vals = list(launch.template)
+    info: dict[int, tuple] = {}
+    for r, _, _ in launch.new:  # fresh C-contiguous outputs: their own 1-D views
+        a = roots[r]
+        info[r] = be.replay_root_fresh(a)
+    for p in launch.patches:
+        bi = info.get(p.root)
+        if bi is None:
+            node = nodes[p.root]
+            if node is not None:  # an argument: its flat view is cached on its buffer node
+                bound = node.bound
+                if bound is None:
+                    bound = node.bound = {}
+                bi = bound.get("replay")
+                if bi is None:
+                    bi = bound["replay"] = be.replay_root(roots[p.root])
+            else:
+                bi = be.replay_root(roots[p.root])
+            if bi is None or (bi[0].itemsize != p.item and p.kind != "base"):
+                return False
+            info[p.root] = bi
+        base, eoff = bi
+        if p.kind == "flat":
+            e = eoff + p.offset // p.item
+            vals[p.slot] = base[e : e + p.size]
+        elif p.kind == "base":
+            vals[p.slot] = base
+        else:
+            vals[p.slot] = eoff + p.offset // p.item
+    launch.launcher(launch.n, vals)
+    return True

@@ -1,0 +1,68 @@
+"""Engine state: the live pending arrays, counters, the trace recorder hook and the lock."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+
+# Live pending arrays: id(weak reference) -> weak reference; a reference removes itself when its
+# array dies (``drop``), and realization removes it (the array keeps its reference in ``_pref``).
+# Realizing a value also stores the live pending values inside its tree (see engine.realize).
+PENDING: dict[int, weakref.ref] = {}
+
+
+def drop(r: weakref.ref) -> None:
+    PENDING.pop(id(r), None)
+
+
+# counters of :func:`stats` (plain ints: incremented on the hot path)
+STATS: dict[str, int] = dict.fromkeys(
+    ("compiles", "cache_hits", "plan_hits", "plans", "launches", "kernels", "gemms", "copies", "disk_hits",
+     "traces", "replays", "graph_launches", "graph_captures", "graph_node_updates"), 0)  # fmt: skip
+_ZERO = dict(STATS)
+
+LOCK = threading.RLock()
+
+
+class _Hook:
+    """The trace being recorded by ``ft.jit`` (see engine.jit), else None."""
+
+    recorder: Any = None
+
+
+HOOK = _Hook()
+
+
+def stats() -> dict[str, int]:
+    """Counters since the last :func:`reset_stats`.
+
+    ``compiles`` kernels generated and compiled; ``cache_hits`` kernels found in the kernel cache;
+    ``plans``/``plan_hits`` plans made and found in the plan cache; ``launches`` every kernel
+    fusetree launched, GEMMs and copies included (a CUDA graph counts once); ``kernels`` fused
+    elementwise and reduction launches; ``gemms`` GEMM calls; ``copies`` copies (staging, stores
+    of memory, graph inputs); ``traces``/``replays`` ft.jit traces and replays;
+    ``graph_captures``/``graph_launches`` CUDA graphs captured and launched;
+    ``graph_node_updates`` kernel nodes re-pointed at new argument addresses (instead of copies).
+
+    >>> import fusetree as ft
+    >>> ft.reset_stats(); sorted(ft.stats())[:3]
+    ['cache_hits', 'compiles', 'copies']
+    """
+    return dict(STATS)
+
+
+def reset_stats() -> None:
+    """Zero the counters of :func:`stats`."""
+    STATS.update(_ZERO)
+
+
+def check_readable() -> None:
+    """Reading values is refused while ``ft.jit`` records a trace (the trace would freeze them)."""
+    if HOOK.recorder is not None:
+        from ..errors import UnsupportedError
+
+        raise UnsupportedError(
+            "reading an array's values inside an ft.jit function: the trace would freeze them; "
+            "return the value instead, or call the function without ft.jit"
+        )

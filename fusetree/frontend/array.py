@@ -1,0 +1,625 @@
+"""The lazy array: NumPy-named operators and methods that build IR nodes instead of computing.
+
+Nothing here imports numba or cupy. Broadcasting and basic-indexing views are pushed down to the
+leaves when a node is built, so every node of an elementwise tree has the shape of its consumer and
+every leaf is a zero-copy strided view; a kernel reads its inputs through strides. Realization
+(values, stores, GEMM operands) goes through :mod:`fusetree.engine`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import sys
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .. import backends, config, engine
+from ..errors import DeviceError, DTypeError, ShapeError, UnsupportedError
+from ..ir import dtypes
+from ..ir.node import EXPAND, REDUCE, Buffer, Node, make_buffer, make_matmul, make_op, make_scalar
+from ..ir.ops import BINARY_OPERATORS, INPLACE_OPERATORS, OPS, RULES2, UNARY_OPERATORS, rule
+from .views import index_shape, resolve_shape, view_index, view_key, view_of
+
+_ref = weakref.ref
+_PENDING = engine.PENDING
+_drop = engine.drop
+_new = object.__new__
+_COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
+_WEAK = (builtins.float, builtins.int, builtins.bool)
+
+
+class Array:
+    """A fusetree array: a lazy expression, or a realized buffer (NumPy or CuPy memory).
+
+    >>> import numpy as np, fusetree as ft
+    >>> x = ft.asarray(np.arange(4, dtype=np.float32))
+    >>> y = ft.exp(x) * 2 + 1          # builds a tree; nothing runs yet
+    >>> np.allclose(np.asarray(y), np.exp(np.arange(4)) * 2 + 1)
+    True
+    """
+
+    __slots__ = ("__weakref__", "_base", "_node", "_pref", "_views")
+    __array_priority__ = 100.0
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in NumPy
+
+    # A view of a *pending* array is itself a lazy expression, but NumPy's semantics make it an
+    # alias: ``_base`` is (weakref to the viewed array, the view as a function of its memory), and
+    # the viewed array lists its live views in ``_views``. When the viewed array gets memory, its
+    # views become real views of it (see engine.realize).
+    _base: tuple[Any, Callable[[Any], Any]] | None
+    _views: list[Any] | None
+    _node: Node
+    _pref: Any  # the weak reference registered in engine.PENDING while pending
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+        self._base = None
+        self._views = None
+        self._pref = None
+        if node.leaves or node.op == "matmul":
+            r = self._pref = _ref(self, _drop)
+            _PENDING[id(r)] = r
+
+    # -- attributes ------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self._node.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self._node.shape)
+
+    @property
+    def size(self) -> int:
+        n = 1
+        for s in self._node.shape:
+            n *= s
+        return n
+
+    @property
+    def device(self) -> str:
+        return self._node.device or "cpu"  # a value made of scalars only is computed on the host
+
+    @property
+    def T(self) -> Array:
+        return self.transpose()
+
+    @property
+    def is_realized(self) -> bool:
+        """True when the array is backed by memory (no pending computation)."""
+        return self._node.op == "buffer"
+
+    @property
+    def data(self) -> Any:
+        """The backing NumPy/CuPy array (realizes the value first)."""
+        engine.realize((self,))
+        return self._node.data  # type: ignore[attr-defined]
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d fusetree array")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[Array]:
+        for i in range(len(self)):
+            yield self[i]
+
+    # -- realization -----------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """Realize and return the value as a NumPy array (copied from the device if needed)."""
+        engine.check_readable()
+        engine.realize((self,))
+        return backends.get(self.device).to_numpy(self._node.data)  # type: ignore[attr-defined]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        a = self.numpy()
+        if dtype is not None:
+            a = a.astype(dtype, copy=False)
+        return np.array(a, copy=True) if copy else a
+
+    def item(self) -> Any:
+        return self.numpy().item()
+
+    def __float__(self) -> float:
+        return float(self.numpy())
+
+    def __int__(self) -> int:
+        return int(self.numpy())
+
+    def __bool__(self) -> bool:
+        return bool(self.numpy())
+
+    def __index__(self) -> int:
+        return self.numpy().__index__()
+
+    def __repr__(self) -> str:
+        body = np.array2string(self.numpy(), separator=", ", prefix="ft.Array(")
+        return f"ft.Array({body}, dtype={self.dtype}, device='{self.device}')"
+
+    __str__ = __repr__
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        if self.device != "cuda":
+            raise AttributeError("__cuda_array_interface__ is only defined for device='cuda'")
+        return self.data.__cuda_array_interface__
+
+    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.data.__dlpack_device__()
+
+    # -- NumPy interop ---------------------------------------------------------------------
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        name = {"divide": "true_divide", "abs": "absolute"}.get(ufunc.__name__, ufunc.__name__)
+        if method == "__call__" and not kwargs and name in OPS and OPS[name].arity == len(inputs):
+            return elementwise(name, *inputs)
+        arrays = [np.asarray(x) if isinstance(x, Array) else x for x in inputs]
+        return getattr(ufunc, method)(*arrays, **kwargs)
+
+    # -- views -----------------------------------------------------------------------------
+    def _boundary(self) -> None:
+        """A view cannot be pushed below a GEMM or a reduction at this value's root: give this
+        array memory first, so that the view is of it (NumPy's aliasing)."""
+        op = self._node.op
+        if op == "matmul" or op == "reduce" or op == "expand":
+            engine.realize((self,))
+
+    def __getitem__(self, key: Any) -> Array:
+        self._boundary()
+        shape = index_shape(key, self._node.shape)
+        vkey = view_index(key)
+
+        def fn(d: Any) -> Any:
+            return d[vkey]
+
+        return self._derive(view_of(self._node, fn, shape, view_key(key)), fn)
+
+    def transpose(self, *axes: Any) -> Array:
+        self._boundary()
+        if len(axes) == 1 and (axes[0] is None or isinstance(axes[0], Sequence)):
+            axes = tuple(axes[0]) if axes[0] is not None else ()
+        ax: tuple[int, ...] | None = tuple(int(a) for a in axes) if axes else None
+        try:
+            shape = np.empty(self.shape, np.int8).transpose(ax).shape if self.shape else ()
+        except (ValueError, np.exceptions.AxisError) as e:
+            raise ShapeError(f"transpose: axes {axes} do not fit shape {self.shape}: {e}") from None
+
+        def fn(d: Any) -> Any:
+            return d.transpose(ax)
+
+        return self._derive(view_of(self._node, fn, shape, ("T", ax)), fn)
+
+    def reshape(self, *shape: Any) -> Array:
+        if len(shape) == 1 and isinstance(shape[0], Sequence | np.ndarray):
+            shape = tuple(shape[0])
+        new = resolve_shape(tuple(int(s) for s in shape), self.shape)
+        self._boundary()
+        be = backends.get(self.device)
+
+        def fn(d: Any) -> Any:
+            v = be.reshape_view(d, new)
+            return v if v is not None else be.xp.reshape(be.xp.ascontiguousarray(d), new)
+
+        return self._derive(view_of(self._node, fn, new, None), fn)
+
+    def _derive(self, node: Node, fn: Callable[[Any], Any]) -> Array:
+        """The Array of a view ``node`` of this array (``fn`` maps this array's memory to it)."""
+        if self._node.op != "buffer" and node.op == "buffer":
+            # the view could not be pushed below this value (a GEMM or a reduction at its root):
+            # this array gets memory and the view is of it, as in NumPy
+            engine.realize((self,))
+            node = make_buffer(fn(self._node.data), self._node.device)  # type: ignore[attr-defined]
+        v = Array(node)
+        if self._node.op != "buffer" and node.op != "buffer":
+            src: Array = self
+            base = self._base
+            if base is not None and base[0]() is not None:  # a view of a view: of the same array
+                src, fn = base[0](), _compose(fn, base[1])
+            v._base = (_ref(src), fn)
+            views = src._views
+            if views is None:
+                views = src._views = []
+            elif len(views) > 32:
+                views[:] = [r for r in views if r() is not None]
+            views.append(_ref(v))
+        return v
+
+    def astype(self, dtype: Any) -> Array:
+        dt = dtypes.check(dtype, "astype")
+        if dt == self.dtype:
+            return self
+        return elementwise("astype", self, attrs=(dt,))
+
+    # -- in-place writes -------------------------------------------------------------------------
+    def __setitem__(self, key: Any, value: Any) -> None:
+        index_shape(key, self.shape)
+        engine.realize((self,))
+        target = self._node.data[view_index(key)]  # type: ignore[attr-defined]
+        owner = value if isinstance(value, Array) and value._node.op != "buffer" else None
+        # a temporary value (``x[...] = a * b``) need not survive the store; one the caller holds
+        # (``y = a * b; x[...] = y``) does (CPython's reference count tells them apart)
+        held = owner is not None and sys.getrefcount(value) > _TEMPORARY_REFS
+        vnode = as_node(value)
+        tshape = tuple(target.shape)
+        if vnode.op != "scalar" and vnode.shape != tshape:
+            if broadcast_shape("assignment", [vnode.shape, tshape], False) != tshape:
+                raise ShapeError(
+                    f"could not broadcast input array from shape {vnode.shape} into shape {tshape}"
+                )
+        engine.assign(target, self.device, vnode, owner, _prepare, held)
+
+    def _inplace(self, name: str, other: Any) -> Array:
+        """``self <op>= other``: NumPy's ``ufunc(self, other, out=self, casting="same_kind")``.
+
+        Writes into this array's memory (aliases and the wrapped NumPy/CuPy buffer see the
+        result); a result dtype that cannot be cast to ``self.dtype`` with the same-kind rule
+        raises DTypeError before anything is written.
+        """
+        engine.realize((self,))  # first, so the value reads this array's memory as a buffer
+        value = matmul(self, other) if name == "matmul" else elementwise(name, self, other)
+        if not np.can_cast(value.dtype, self.dtype, casting="same_kind"):
+            raise DTypeError(
+                f"Cannot cast ufunc '{name}' output from dtype('{value.dtype}') to "
+                f"dtype('{self.dtype}') with casting rule 'same_kind' (in-place {name} on a "
+                f"{self.dtype} array)"
+            )
+        if (
+            value.shape != self.shape
+            and broadcast_shape(name, [value.shape, self.shape], False) != self.shape
+        ):
+            raise ShapeError(
+                f"non-broadcastable output operand with shape {self.shape} doesn't match the "
+                f"broadcast shape {value.shape} (in-place {name})"
+            )
+        self[...] = value
+        return self
+
+    # -- matmul ----------------------------------------------------------------------------
+    def __matmul__(self, other: Any) -> Array:
+        return matmul(self, other)
+
+    def __rmatmul__(self, other: Any) -> Array:
+        return matmul(other, self)
+
+    if TYPE_CHECKING:  # the operators are attached below, from the op table
+
+        def __add__(self, other: Any) -> Array: ...
+        def __radd__(self, other: Any) -> Array: ...
+        def __sub__(self, other: Any) -> Array: ...
+        def __rsub__(self, other: Any) -> Array: ...
+        def __mul__(self, other: Any) -> Array: ...
+        def __rmul__(self, other: Any) -> Array: ...
+        def __truediv__(self, other: Any) -> Array: ...
+        def __rtruediv__(self, other: Any) -> Array: ...
+        def __floordiv__(self, other: Any) -> Array: ...
+        def __rfloordiv__(self, other: Any) -> Array: ...
+        def __mod__(self, other: Any) -> Array: ...
+        def __rmod__(self, other: Any) -> Array: ...
+        def __pow__(self, other: Any) -> Array: ...
+        def __rpow__(self, other: Any) -> Array: ...
+        def __and__(self, other: Any) -> Array: ...
+        def __rand__(self, other: Any) -> Array: ...
+        def __or__(self, other: Any) -> Array: ...
+        def __ror__(self, other: Any) -> Array: ...
+        def __xor__(self, other: Any) -> Array: ...
+        def __rxor__(self, other: Any) -> Array: ...
+        def __lshift__(self, other: Any) -> Array: ...
+        def __rlshift__(self, other: Any) -> Array: ...
+        def __rshift__(self, other: Any) -> Array: ...
+        def __rrshift__(self, other: Any) -> Array: ...
+        def __eq__(self, other: Any) -> Array: ...  # type: ignore[override]
+        def __ne__(self, other: Any) -> Array: ...  # type: ignore[override]
+        def __lt__(self, other: Any) -> Array: ...
+        def __le__(self, other: Any) -> Array: ...
+        def __gt__(self, other: Any) -> Array: ...
+        def __ge__(self, other: Any) -> Array: ...
+        def __neg__(self) -> Array: ...
+        def __abs__(self) -> Array: ...
+        def __invert__(self) -> Array: ...
+        def __iadd__(self, other: Any) -> Array: ...
+        def __isub__(self, other: Any) -> Array: ...
+        def __imul__(self, other: Any) -> Array: ...
+        def __itruediv__(self, other: Any) -> Array: ...
+
+    # reductions (sum, mean, max, ...) are attached by fusetree.frontend.reductions
+
+
+class _RefProbe:
+    """Measures the reference count a temporary value has inside ``__setitem__`` (the same call
+    shape), so that ``Array.__setitem__`` can tell a temporary from a value the caller holds."""
+
+    count = 0
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        _RefProbe.count = sys.getrefcount(value)
+
+
+_RefProbe()[0] = object()
+_TEMPORARY_REFS = _RefProbe.count
+
+
+def wrap(node: Node) -> Array:
+    """A new Array over ``node`` (registered as pending unless it is memory or a scalar)."""
+    a = _new(Array)
+    a._node = node
+    a._base = None
+    a._views = None
+    if node.leaves or node.op == "matmul":
+        r = a._pref = _ref(a, _drop)
+        _PENDING[id(r)] = r
+    else:
+        a._pref = None
+    return a
+
+
+def _compose(f: Callable[[Any], Any], g: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda d: f(g(d))
+
+
+# ---------------------------------------------------------------------------------------------
+# operators
+
+
+def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
+    if reflected:
+
+        def method(self: Array, other: Any) -> Array:
+            t = type(other)
+            if t is float or t is int:
+                return _build(name, (make_scalar(other), self._node))
+            if not _is_operand(other):
+                return NotImplemented  # type: ignore[return-value]
+            return elementwise(name, other, self)
+
+    else:
+
+        def method(self: Array, other: Any) -> Array:
+            t = type(other)
+            a = self._node
+            if t is Array:
+                b = other._node
+                # the fast path: same shape and device, a known dtype rule (no broadcast, no GEMM fold)
+                if a.shape == b.shape and a.device == b.device and a.op != "matmul":
+                    r = RULES2.get((name, a.dtype, b.dtype))
+                    if r is not None and config.current.fuse:
+                        return wrap(make_op(name, (a, b), r.out, a.shape, a.device))
+                return _build(name, (a, b))
+            if t is float:
+                r = RULES2.get((name, a.dtype, float))
+                if r is not None and config.current.fuse:
+                    return wrap(make_op(name, (a, make_scalar(other)), r.out, a.shape, a.device))
+                return _build(name, (a, make_scalar(other)))
+            if t is int:
+                return _build(name, (a, make_scalar(other)))
+            if not _is_operand(other):
+                return NotImplemented  # type: ignore[return-value]
+            return elementwise(name, self, other)
+
+    method.__name__ = name
+    return method
+
+
+def _inplace_method(name: str) -> Callable[[Array, Any], Array]:
+    def method(self: Array, other: Any) -> Array:
+        if not _is_operand(other):
+            return NotImplemented  # type: ignore[return-value]
+        return self._inplace(name, other)
+
+    method.__name__ = f"__i{name}__"
+    return method
+
+
+def _unary(name: str) -> Callable[[Array], Array]:
+    def method(self: Array) -> Array:
+        return _build(name, (self._node,))
+
+    return method
+
+
+for _m, _name in BINARY_OPERATORS.items():
+    setattr(Array, _m, _binary(_name, False))
+    if _m not in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
+        setattr(Array, "__r" + _m[2:], _binary(_name, True))
+for _m, _name in INPLACE_OPERATORS.items():
+    setattr(Array, _m, _inplace_method(_name))
+for _m, _name in UNARY_OPERATORS.items():
+    setattr(Array, _m, _unary(_name))
+Array.__pos__ = lambda self: self  # type: ignore[attr-defined,operator]
+
+
+def _is_operand(x: Any) -> bool:
+    return isinstance(x, Array | np.ndarray | np.generic | builtins.bool | int | float) or (
+        backends.device_of(x) is not None
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# building nodes
+
+
+def as_node(x: Any, device: str | None = None) -> Node:
+    """The IR node for an operand: fusetree arrays, NumPy/CuPy arrays, Python and NumPy scalars."""
+    if isinstance(x, Array):
+        return x._node
+    if isinstance(x, _WEAK) or isinstance(x, np.generic):
+        if isinstance(x, np.generic):
+            dtypes.check(x.dtype, "scalar operand")
+        return make_scalar(x)
+    return from_foreign(x)
+
+
+def from_foreign(a: Any) -> Buffer:
+    """A buffer leaf over a NumPy/CuPy/DLPack array (or anything ``np.asarray`` takes), no copy
+    when the memory can be wrapped."""
+    src = backends.device_of(a)
+    if src is None:
+        if isinstance(a, str | bytes) or a is None or isinstance(a, dict | set):
+            raise UnsupportedError(f"asarray: cannot make a fusetree array from {type(a).__name__} {a!r:.60}")
+        try:
+            data = np.asarray(a)
+        except Exception as e:
+            raise UnsupportedError(f"asarray: cannot convert {type(a).__name__} to an array: {e}") from None
+        src = "cpu"
+    elif src == "cpu":
+        data = np.asarray(a)
+    else:
+        data = backends.get(src).asarray(a)
+    dtypes.check(data.dtype, "asarray")
+    return make_buffer(data, src)
+
+
+def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
+    """Build the node for op ``name`` (see fusetree.ir.ops.OPS) over ``operands``."""
+    return _build(name, tuple([x._node if type(x) is Array else as_node(x) for x in operands]), attrs)
+
+
+_BCAST: dict[tuple, tuple] = {}
+
+
+def broadcast_shape(name: str, shapes: list[tuple[int, ...]], raise_: bool = True) -> tuple[int, ...] | None:
+    key = tuple(shapes)
+    out = _BCAST.get(key)
+    if out is None:
+        try:
+            out = tuple(np.broadcast_shapes(*shapes))
+        except ValueError:
+            if not raise_:
+                return None
+            pretty = " and ".join(str(s) for s in shapes)
+            raise ShapeError(
+                f"{name}: operands could not be broadcast together with shapes {pretty}"
+            ) from None
+        if len(_BCAST) > 4096:
+            _BCAST.clear()
+        _BCAST[key] = out
+    return out
+
+
+def _build(name: str, nodes: tuple[Node, ...], attrs: tuple = ()) -> Array:
+    """The hot path of every operator: device and shape checks, the memoized dtype rule, the node."""
+    device = ""  # a value made of scalars only has no device: it goes with any operand
+    shape: tuple[int, ...] | None = None
+    bcast = weak_int = False
+    for n in nodes:
+        if n.op == "scalar":
+            if n.weak is int:  # type: ignore[attr-defined]
+                weak_int = True
+            continue
+        d = n.device
+        if d:
+            if not device:
+                device = d
+            elif d != device:
+                raise DeviceError(
+                    f"{name}: operands are on different devices ({device!r} and {d!r}); "
+                    "move them with ft.asarray(x, device=...) first"
+                )
+        if shape is None:
+            shape = n.shape
+        elif n.shape != shape:
+            bcast = True
+    out_shape: tuple[int, ...] = () if shape is None else shape
+    if weak_int:
+        nodes = _weak_ints(name, nodes)
+    descs = tuple([n.weak or n.dtype if n.op == "scalar" else n.dtype for n in nodes])  # type: ignore[attr-defined]
+    r = rule(name, descs, attrs)
+    out_dt = r.out
+    if bcast:
+        out_shape = broadcast_shape(name, [m.shape for m in nodes if m.op != "scalar"])  # type: ignore[assignment]
+        if name == "add" and nodes[0].op == "matmul" and _foldable(nodes, out_dt, out_shape):
+            # x@W + h@U: the second GEMM accumulates into the first (beta = 1): one leaf
+            a, b = nodes
+            return wrap(make_matmul(a, b, out_shape, out_dt, acc=True))
+        nodes = tuple(
+            [n if n.op == "scalar" or n.shape == out_shape else broadcast(n, out_shape) for n in nodes]
+        )
+    elif name == "add" and nodes[0].op == "matmul" and _foldable(nodes, out_dt, out_shape):
+        a, b = nodes
+        return wrap(make_matmul(a, b, out_shape, out_dt, acc=True))
+    out = wrap(make_op(name, nodes, out_dt, out_shape, device, attrs))
+    if not config.current.fuse and device:
+        engine.realize((out,))  # the unfused baseline: one kernel per op, launched eagerly
+    return out
+
+
+def _weak_ints(name: str, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
+    """NumPy 2 rules for Python ints: comparisons see an out-of-range int's true value; any other
+    op refuses an int that does not fit the dtype it is computed in."""
+    arrays = [m for m in nodes if m.op != "scalar"]
+    if name in _COMPARISONS:
+        out = list(nodes)
+        for k, n in enumerate(nodes):
+            if n.op == "scalar" and n.weak is int and any(not dtypes.fits(n.value, m.dtype) for m in arrays):  # type: ignore[attr-defined]
+                out[k] = make_scalar(np.int64(n.value))  # type: ignore[attr-defined]
+        return tuple(out)
+    descs = tuple([n.weak or n.dtype if n.op == "scalar" else n.dtype for n in nodes])  # type: ignore[attr-defined]
+    r = rule(name, descs, ())
+    for k, n in enumerate(nodes):
+        if n.op == "scalar" and n.weak is int:  # type: ignore[attr-defined]
+            dtypes.check_weak_int(n.value, r.operands[k], name)  # type: ignore[attr-defined]
+    return nodes
+
+
+def _foldable(nodes: tuple[Node, ...], dt: np.dtype, shape: tuple[int, ...]) -> bool:
+    if len(nodes) != 2 or not all(n.op == "matmul" and n.memo is None for n in nodes):
+        return False
+    if any(n.shape != shape or n.dtype != dt or len(n.args) != 2 for n in nodes):
+        return False
+    return bool(backends.get(nodes[0].device).gemm_accumulate)
+
+
+def _prepare(node: Node, shape: tuple[int, ...], dtype: np.dtype) -> Node:
+    """A stored value broadcast and cast to its target."""
+    if node.shape != shape:
+        node = broadcast(node, shape)
+    if node.dtype != dtype:
+        node = make_op("astype", (node,), dtype, shape, node.device, (dtype,))
+    return node
+
+
+def broadcast(node: Node, shape: tuple[int, ...]) -> Node:
+    """``node`` broadcast to ``shape``: a view pushed to the leaves, or an ``expand`` node when the
+    tree holds a reduction (a view cannot pass through it)."""
+    if node.flags & (REDUCE | EXPAND) and node.leaves:
+        return make_op("expand", (node,), node.dtype, shape, node.device)
+    xp = backends.xp_for(node.device)
+    return view_of(node, lambda d: xp.broadcast_to(d, shape), shape, ("b", shape))
+
+
+# ---------------------------------------------------------------------------------------------
+# matmul (a fusion boundary)
+
+
+def matmul(a: Any, b: Any) -> Array:
+    """Matrix product with NumPy's ``@`` rules; a GEMM launched before the kernel that reads it.
+
+    ``x @ W + h @ U`` costs two GEMMs (on CUDA the second accumulates into the first) plus the
+    elementwise work, fused into the consumer kernel.
+    """
+    engine.realize(tuple(x for x in (a, b) if isinstance(x, Array)))  # operands: a fusion boundary
+    na, nb = as_node(a), as_node(b)
+    if na.op == "scalar" or nb.op == "scalar":
+        raise ShapeError("matmul: operands must be arrays, not scalars")
+    if na.device != nb.device:
+        raise DeviceError(f"matmul: operands are on different devices ({na.device!r} and {nb.device!r})")
+    sa, sb = na.shape, nb.shape
+    if sa and sb and sa[-1] == (sb[-2] if len(sb) > 1 else sb[0]):
+        batch = broadcast_shape("matmul", [sa[:-2], sb[:-2]], False)
+        if batch is not None:
+            shape = batch + (sa[-2:-1] if len(sa) > 1 else ()) + (sb[-1:] if len(sb) > 1 else ())
+            dt = np.result_type(na.dtype, nb.dtype)
+            if dt.kind == "b":
+                raise ShapeError("matmul: boolean matmul is not supported")
+            dtypes.check(dt, "matmul")
+            assert isinstance(na, Buffer) and isinstance(nb, Buffer)
+            return wrap(make_matmul(na, nb, shape, dt))
+    raise ShapeError(f"matmul: shapes {sa} and {sb} are not aligned")

@@ -1,0 +1,47 @@
+"""NumPy-named elementwise functions, one per op-table row, and a few compositions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..ir.ops import OPS
+from .array import Array, elementwise
+from .creation import asarray
+
+
+def _fn(name: str) -> Callable[..., Array]:
+    arity = OPS[name].arity
+
+    def f(*args: Any) -> Array:
+        if len(args) != arity:
+            raise TypeError(f"{name}() takes {arity} argument(s), got {len(args)}")
+        return elementwise(name, *args)
+
+    f.__name__ = name
+    f.__doc__ = f"Elementwise ``{name}`` with NumPy semantics (see fusetree.ir.ops.OPS['{name}'])."
+    return f
+
+
+FUNCTIONS = {name: _fn(name) for name in OPS if name != "astype"}
+
+
+def where(cond: Any, a: Any, b: Any) -> Array:
+    """``a`` where ``cond`` else ``b`` (like ``np.where`` with three arguments)."""
+    return elementwise("where", cond, a, b)
+
+
+def clip(x: Any, lo: Any, hi: Any) -> Array:
+    """``minimum(maximum(x, lo), hi)``, as NumPy defines ``np.clip``."""
+    y = x if lo is None else elementwise("maximum", x, lo)
+    return y if hi is None else elementwise("minimum", y, hi)
+
+
+def astype(x: Any, dtype: Any) -> Array:
+    """Cast to ``dtype`` (NumPy's ``astype`` with unsafe casting)."""
+    return asarray(x).astype(dtype)
+
+
+def power(a: Any, b: Any) -> Array:
+    """``a ** b``."""
+    return elementwise("power", a, b)

@@ -1,0 +1,287 @@
+"""Reductions (``sum``, ``max``, ``argmax``, ``mean``, ``var``...): building their nodes.
+
+A reduction is an IR node ``reduce`` (attrs: kind, reduced axes, keepdims) over one child of the
+full shape. Broadcasting a value that contains a reduction back to a larger shape makes an
+``expand`` node (the view cannot be pushed to the leaves through a reduction). The planner
+(:mod:`fusetree.schedule.planner`) fuses a reduction with its elementwise producers and consumers:
+``softmax``, ``log_softmax``, layernorm and ``x - x.max(-1, keepdims=True)`` each launch once.
+
+>>> import numpy as np, fusetree as ft
+>>> x = ft.asarray(np.arange(6, dtype=np.float32).reshape(2, 3))
+>>> ft.reset_stats(); y = ft.softmax(x, axis=-1).numpy(); ft.stats()["launches"]
+1
+>>> np.allclose(y.sum(-1), 1)
+True
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import config, engine
+from ..errors import ShapeError, UnsupportedError
+from ..ir.node import Node, make_op
+from ..ir.ops import REDUCTIONS, reduce_dtypes
+from . import creation
+from .array import Array, wrap
+from .creation import asarray
+from .functions import FUNCTIONS as _FNS
+from .functions import where
+
+# ---------------------------------------------------------------------------------------------
+# building
+
+
+def normalize_axes(axis: Any, ndim: int, what: str) -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple of ints, negative allowed) as sorted non-negative axes."""
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, tuple | list) else (axis,)
+    out = []
+    for a in items:
+        if isinstance(a, builtins.bool) or not isinstance(a, int | np.integer):
+            raise UnsupportedError(f"{what}: axis must be an int or a tuple of ints, got {a!r}")
+        a = int(a)
+        if not -ndim <= a < ndim:
+            raise ShapeError(f"{what}: axis {a} is out of bounds for array of dimension {ndim}")
+        out.append(a % ndim if ndim else 0)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{what}: duplicate value in 'axis': {axis!r}")
+    return tuple(sorted(out))
+
+
+def row_shapes(full: tuple[int, ...], axes: Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shape of a reduction of ``full`` over ``axes`` with and without keepdims."""
+    keep = tuple(1 if d in axes else s for d, s in enumerate(full))
+    return keep, tuple(s for d, s in enumerate(full) if d not in axes)
+
+
+def reduce(kind: str, x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Array:
+    """Reduction ``kind`` (a row of :data:`fusetree.ops.REDUCTIONS`) of ``x`` over ``axis``."""
+    a = asarray(x)
+    if dtype is not None:
+        a = a.astype(dtype)
+    index = REDUCTIONS[kind].index
+    if index and isinstance(axis, tuple | list):
+        raise UnsupportedError(f"{kind}: axis must be None or an int, got {axis!r}")
+    axes = normalize_axes(axis, a.ndim, kind)
+    full = a.shape
+    keep, squeezed = row_shapes(full, axes)
+    shape = keep if keepdims else squeezed
+    if index and axis is None and keepdims:
+        shape = (1,) * a.ndim
+    n = math.prod(full[d] for d in axes)
+    out_dt = reduce_dtypes(kind, a.dtype)[0]
+    if n == 0:
+        if kind in ("max", "min", "argmax", "argmin"):
+            name = {"max": "maximum", "min": "minimum"}.get(kind, kind)
+            raise ShapeError(
+                f"zero-size array to reduction operation {name} which has no identity (shape {full}, axis {axis!r})"
+            )
+        fill = {"sum": 0, "prod": 1, "any": False, "all": True}[kind]
+        return creation.full(shape, fill, dtype=out_dt, device=a.device)
+    if n == 1:  # nothing to combine: an elementwise op
+        if index:
+            return creation.zeros(shape, dtype=out_dt, device=a.device)
+        # a new value (NumPy's reductions never return a view of their input): a cast node even
+        # when the dtype does not change
+        v = (
+            (a != 0)
+            if kind in ("any", "all")
+            else wrap(make_op("astype", (a._node,), out_dt, a.shape, a.device, (out_dt,)))
+        )
+        return v.reshape(shape)
+    if index and axis is None and a.ndim > 1:
+        flat = a.reshape(-1)  # argmax over everything: the index into the flattened array
+        r = reduce(kind, flat, 0)
+        return r.reshape(shape) if keepdims else r
+    node = make_op("reduce", (a._node,), out_dt, shape, a.device, (kind, axes, builtins.bool(keepdims)))
+    out = wrap(node)
+    if not config.current.fuse:
+        engine.realize((out,))
+    return out
+
+
+def expand(node: Node, shape: tuple[int, ...]) -> Node:
+    """Broadcast a value containing a reduction to ``shape`` (a fusion-kernel ``expand`` node)."""
+    return make_op("expand", (node,), node.dtype, shape, node.device)
+
+
+# ---------------------------------------------------------------------------------------------
+# NumPy-named functions
+
+
+def sum(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """Sum over ``axis`` (like ``np.sum``: integers accumulate in the platform integer).
+
+    >>> import numpy as np, fusetree as ft
+    >>> ft.sum(ft.asarray(np.ones((2, 3), np.int8)), axis=1).numpy().tolist()
+    [3, 3]
+    """
+    return reduce("sum", x, axis, keepdims, dtype)
+
+
+def prod(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+    """Product over ``axis`` (like ``np.prod``)."""
+    return reduce("prod", x, axis, keepdims, dtype)
+
+
+def max(x: Any, axis: Any = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """Maximum over ``axis``; NaN propagates (like ``np.max``)."""
+    return reduce("max", x, axis, keepdims)
+
+
+def min(x: Any, axis: Any = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """Minimum over ``axis``; NaN propagates (like ``np.min``)."""
+    return reduce("min", x, axis, keepdims)
+
+
+def argmax(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
+    """Index of the first maximum (of the first NaN) along ``axis`` (flattened when None)."""
+    return reduce("argmax", x, axis, keepdims)
+
+
+def argmin(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
+    """Index of the first minimum (of the first NaN) along ``axis`` (flattened when None)."""
+    return reduce("argmin", x, axis, keepdims)
+
+
+def any(x: Any, axis: Any = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """Whether any element along ``axis`` is non-zero (NaN counts as true)."""
+    return reduce("any", x, axis, keepdims)
+
+
+def all(x: Any, axis: Any = None, keepdims: bool = False) -> Array:  # noqa: A001
+    """Whether every element along ``axis`` is non-zero."""
+    return reduce("all", x, axis, keepdims)
+
+
+def _count(a: Array, axis: Any, what: str) -> int:
+    return math.prod(a.shape[d] for d in normalize_axes(axis, a.ndim, what))
+
+
+def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> Array:
+    """Arithmetic mean over ``axis`` with NumPy's dtypes (integers give float64; float16 is
+    summed in float32 and returned as float16).
+
+    >>> import numpy as np, fusetree as ft
+    >>> ft.mean(ft.asarray(np.arange(6).reshape(2, 3)), axis=-1).numpy().tolist()
+    [1.0, 4.0]
+    """
+    a = asarray(x)
+    n = _count(a, axis, "mean")
+    sum_dt = dtype
+    if dtype is None and a.dtype.kind in "biu":
+        sum_dt = np.float64
+    elif dtype is None and a.dtype == np.float16:
+        sum_dt = np.float32
+    s = sum(a, axis, sum_dt, keepdims)
+    m = s / n if n else s * np.nan
+    out_dt = (
+        np.dtype(dtype) if dtype is not None else (a.dtype if a.dtype.kind == "f" else np.dtype(np.float64))
+    )
+    return m.astype(out_dt)
+
+
+def var(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Array:
+    """Variance ``mean(abs(x - x.mean())**2)`` over ``axis``, divided by ``n - ddof`` (NumPy's
+    formula and dtypes). The mean and the sum of squares fuse into one two-pass kernel."""
+    a = asarray(x)
+    n = _count(a, axis, "var")
+    dt = dtype
+    if dt is None and a.dtype.kind in "biu":
+        dt = np.float64
+    m = sum(a, axis, dt, keepdims=True) / n if n else sum(a, axis, dt, keepdims=True) * np.nan
+    d = a - m
+    ss = sum(d * d, axis, dt, keepdims)
+    return ss / builtins.max(n - ddof, 0)
+
+
+def std(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Array:
+    """Standard deviation: ``sqrt(var(x, axis, dtype, ddof, keepdims))``."""
+    return _FNS["sqrt"](var(x, axis, dtype, ddof, keepdims))
+
+
+def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
+    """``log(sum(exp(x)))`` over ``axis``, computed stably (as ``scipy.special.logsumexp``)."""
+    a = asarray(x)
+    fns = _FNS
+    m = max(a, axis, keepdims=True)
+    m0 = where(fns["isfinite"](m), m, 0)
+    s = sum(fns["exp"](a - m0), axis, keepdims=keepdims)
+    mk = m0 if keepdims else where(fns["isfinite"](max(a, axis)), max(a, axis), 0)
+    return fns["log"](s) + mk
+
+
+def softmax(x: Any, axis: Any = -1) -> Array:
+    """``exp(x - max) / sum(exp(x - max))`` along ``axis``: one kernel.
+
+    >>> import numpy as np, fusetree as ft
+    >>> ft.softmax(ft.asarray(np.zeros((1, 4), np.float32))).numpy().tolist()
+    [[0.25, 0.25, 0.25, 0.25]]
+    """
+    a = asarray(x)
+    e = _FNS["exp"](a - max(a, axis, keepdims=True))
+    return e / sum(e, axis, keepdims=True)
+
+
+def log_softmax(x: Any, axis: Any = -1) -> Array:
+    """``x - logsumexp(x, axis, keepdims=True)``: one kernel."""
+    a = asarray(x)
+    d = a - max(a, axis, keepdims=True)
+    return d - _FNS["log"](sum(_FNS["exp"](d), axis, keepdims=True))
+
+
+def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, axis: Any = -1) -> Array:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over ``axis`` (layernorm): one kernel."""
+    a = asarray(x)
+    m = mean(a, axis, keepdims=True)
+    d = a - m
+    v = mean(d * d, axis, keepdims=True)
+    y = d * _FNS["rsqrt"](v + eps) if "rsqrt" in _FNS else d / _FNS["sqrt"](v + eps)
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+FUNCTIONS = {
+    f.__name__: f
+    for f in (
+        sum,
+        prod,
+        max,
+        min,
+        argmax,
+        argmin,
+        any,
+        all,
+        mean,
+        var,
+        std,
+        logsumexp,
+        softmax,
+        log_softmax,
+        layer_norm,
+    )
+}
+FUNCTIONS["amax"], FUNCTIONS["amin"] = max, min
+
+
+def _method(f: Any, name: str) -> Any:
+    def m(self: Array, *args: Any, **kwargs: Any) -> Array:
+        return f(self, *args, **kwargs)
+
+    m.__name__ = name
+    m.__doc__ = f"``fusetree.{name}`` of this array (see there)."
+    return m
+
+
+for _name in ("sum", "prod", "mean", "var", "std", "max", "min", "argmax", "argmin", "any", "all"):
+    setattr(Array, _name, _method(FUNCTIONS[_name], _name))

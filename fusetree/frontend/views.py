@@ -1,0 +1,169 @@
+"""Views (index, transpose, reshape, broadcast) of lazy values, pushed down to the leaves.
+
+Elementwise ops commute with views and every non-scalar child of an elementwise node has its
+parent's shape, so a view of a tree is the same tree over viewed leaves: still one kernel, every
+leaf a zero-copy strided view. Fusion boundaries inside the tree (a pending GEMM, a reduction) are
+computed first and viewed as memory.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .. import engine
+from ..errors import ShapeError, UnsupportedError
+from ..ir.node import Buffer, Node, make_buffer, make_op
+
+
+def view_of(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], vkey: tuple | None) -> Node:
+    """``node`` viewed by ``leaf_fn`` (a function of an array): the tree rebuilt over viewed
+    leaves. ``vkey`` names the view for the per-buffer view cache (None: not cached)."""
+    if node.op == "buffer":
+        return _buffer_view(node, leaf_fn, vkey)  # type: ignore[arg-type]
+    memo: dict[int, Node] = {}
+    ops: list[Node] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        i = id(n)
+        if i in memo:
+            continue
+        op = n.op
+        if op == "scalar":
+            memo[i] = n
+        elif op == "buffer":
+            memo[i] = _buffer_view(n, leaf_fn, vkey)  # type: ignore[arg-type]
+        elif op == "matmul":
+            memo[i] = make_buffer(leaf_fn(engine.compute_gemm(n)), n.device)
+        elif op == "reduce" or op == "expand":  # a fusion boundary for views: computed first
+            memo[i] = make_buffer(leaf_fn(engine.realize_node(n)), n.device)
+        else:
+            memo[i] = n  # placeholder: rebuilt below
+            ops.append(n)
+            stack.extend(n.args)
+    ops.sort(key=_uid)  # children were built before their parents
+    for n in ops:
+        memo[id(n)] = make_op(n.op, tuple([memo[id(a)] for a in n.args]), n.dtype, shape, n.device, n.attrs)
+    return memo[id(node)]
+
+
+def _uid(n: Node) -> int:
+    return n.uid
+
+
+def _buffer_view(n: Buffer, leaf_fn: Callable[[Any], Any], vkey: tuple | None) -> Buffer:
+    # the same view of the same buffer (a bias broadcast and sliced every step) is reused
+    bound = n.bound
+    views = bound.get("views") if bound is not None and vkey is not None else None
+    if views is not None:
+        v = views.get(vkey)
+        if v is not None:
+            return v
+    v = make_buffer(leaf_fn(n.data), n.device)
+    if vkey is not None:
+        if bound is None:
+            bound = n.bound = {}
+        if views is None or len(views) > 64:
+            views = bound["views"] = {}
+        views[vkey] = v
+    return v
+
+
+def view_index(key: Any) -> Any:
+    """``key`` such that indexing returns a *view*: NumPy turns an all-integer index into a scalar
+    copy, which would go stale after a write; ``a[0, 0, ...]`` is a 0-d view of the same memory."""
+    items = key if type(key) is tuple else (key,)
+    for k in items:
+        if k is Ellipsis:
+            return key
+    return (*items, Ellipsis)
+
+
+def view_key(key: Any) -> tuple | None:
+    """A hashable description of a basic index (slices are unhashable before Python 3.12)."""
+    items = key if type(key) is tuple else (key,)
+    out: list[Any] = ["i"]
+    for k in items:
+        if type(k) is slice:
+            out.append((k.start, k.stop, k.step))
+        elif type(k) is int or k is None:
+            out.append(k)
+        else:
+            return None
+    return tuple(out)
+
+
+def _dummy(shape: tuple[int, ...]) -> np.ndarray:
+    """A zero-memory array of ``shape`` for computing index results."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.int8), shape, (0,) * len(shape))
+
+
+def index_shape(key: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Shape of ``x[key]`` for basic indexing, computed without touching any array; raises the
+    errors NumPy raises (IndexError) or UnsupportedError for fancy indexing."""
+    items = key if type(key) is tuple else (key,)
+    for k in items:
+        t = type(k)
+        if t is not slice and t is not int:
+            _check_index(key, shape)
+            return _dummy(shape)[key].shape
+    if len(items) > len(shape):
+        raise IndexError(
+            f"too many indices for array: array is {len(shape)}-dimensional, but {len(items)} were indexed"
+        )
+    out: list[int] = []
+    for d, k in enumerate(items):
+        n = shape[d]
+        if type(k) is int:
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {d} with size {n}")
+        else:
+            out.append(len(range(*k.indices(n))))
+    out.extend(shape[len(items) :])
+    return tuple(out)
+
+
+def _check_index(key: Any, shape: tuple[int, ...]) -> Any:
+    items = key if isinstance(key, tuple) else (key,)
+    for k in items:
+        if isinstance(k, builtins.bool | np.bool_) or not (
+            k is None or k is Ellipsis or isinstance(k, slice | int | np.integer)
+        ):
+            if hasattr(k, "_node") or hasattr(k, "__len__") or isinstance(k, builtins.bool | np.bool_):
+                raise UnsupportedError(
+                    f"only basic indexing (ints, slices, None, ...) is supported, got {type(k).__name__}; "
+                    "for fancy indexing use ft.asarray(np.asarray(x)[index])"
+                )
+            raise UnsupportedError(f"invalid index {k!r} for an array of shape {shape}")
+    try:
+        _dummy(shape)[key]
+    except IndexError as e:
+        raise IndexError(f"index {key!r} is out of bounds for shape {shape}: {e}") from None
+    return key
+
+
+def resolve_shape(new: tuple[int, ...], old: tuple[int, ...]) -> tuple[int, ...]:
+    """``new`` with a ``-1`` resolved; ShapeError when it does not hold ``old``'s elements."""
+    size = 1
+    for s in old:
+        size *= s
+    if new.count(-1) > 1:
+        raise ShapeError(f"reshape: can only specify one unknown dimension, got {new}")
+    if -1 in new:
+        rest = 1
+        for s in new:
+            if s != -1:
+                rest *= s
+        if rest == 0 or size % rest:
+            raise ShapeError(f"reshape: cannot reshape array of shape {old} into shape {new}")
+        new = tuple(size // rest if s == -1 else s for s in new)
+    total = 1
+    for s in new:
+        total *= s
+    if total != size or any(s < 0 for s in new):
+        raise ShapeError(f"reshape: cannot reshape array of shape {old} (size {size}) into shape {new}")
+    return new
