@@ -94,3 +94,50 @@ def test_value_reads_inside_a_trace_are_refused():
 
     with pytest.raises(ft.UnsupportedError, match="inside an ft.jit"):
         f(ft.asarray(np.ones(3)))
+
+
+def test_pytree_arguments_and_results(rng):
+    from collections import namedtuple
+
+    Out = namedtuple("Out", ["total", "scaled"])
+
+    @ft.jit
+    def f(params, state, scale=2.0):
+        total = params["w"] * state[0] + params["b"]
+        return Out(total, [p * scale for p in state]), {"k": 3}
+
+    w, b = rng.standard_normal(4), rng.standard_normal(4)
+    s0, s1 = rng.standard_normal(4), rng.standard_normal(4)
+    ft.reset_stats()
+    for _ in range(3):
+        out, extra = f({"w": ft.asarray(w), "b": ft.asarray(b)}, (ft.asarray(s0), ft.asarray(s1)))
+        assert isinstance(out, Out) and isinstance(out.scaled, list) and extra == {"k": 3}
+        np.testing.assert_allclose(out.total.numpy(), w * s0 + b)
+        np.testing.assert_allclose(out.scaled[1].numpy(), s1 * 2.0)
+    assert (ft.stats()["traces"], ft.stats()["replays"]) == (1, 2)
+    f({"w": ft.asarray(w), "b": ft.asarray(b)}, [ft.asarray(s0), ft.asarray(s1)])  # a list: new structure
+    f(
+        {"w": ft.asarray(w), "b": ft.asarray(b)}, (ft.asarray(s0), ft.asarray(s1)), scale=3.0
+    )  # new static value
+    assert ft.stats()["traces"] == 3
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_static_argnums_and_in_place_pytree_updates(graph, rng):
+    @ft.jit(graph=graph, static_argnums=(2,), static_argnames=("wd",))
+    def sgd(params, grads, lr, wd=0.0):
+        for p, g in zip(params, grads):
+            p -= lr * (g + wd * p)
+        return None
+
+    P = [rng.standard_normal(5), rng.standard_normal((2, 3))]
+    G = [rng.standard_normal(5), rng.standard_normal((2, 3))]
+    ref = [p.copy() for p in P]
+    for _ in range(4):
+        sgd([ft.asarray(p) for p in P], [ft.asarray(g) for g in G], 0.1, wd=0.01)
+        for r, g in zip(ref, G):
+            r -= 0.1 * (g + 0.01 * r)
+    for p, r in zip(P, ref):
+        np.testing.assert_allclose(p, r)
+    with pytest.raises(ft.UnsupportedError, match="hashable"):
+        sgd([ft.asarray(p) for p in P], [ft.asarray(g) for g in G], [0.1])

@@ -25,8 +25,8 @@ from ..errors import DeviceError, UnsupportedError
 from ..frontend.array import Array, wrap
 from ..frontend.creation import asarray
 from ..ir.node import make_buffer, make_contiguous
+from . import pytree, replay
 from . import realization as _realize
-from . import replay
 from .state import HOOK, LOCK, STATS
 
 _lock = threading.RLock()
@@ -97,7 +97,7 @@ class Trace:
     constants: list = field(default_factory=list)  # (root index, array)
     n_roots: int = 0
     results: list = field(default_factory=list)  # (Desc | None, python value) per returned item
-    single: bool = False
+    out_tree: Any = pytree.LEAF  # the structure of what the function returns
     graph: Any = None  # a _Graph once captured (ft.jit(graph=True))
     prepared: list | None = None  # per op: a replay.Launch (kernels), else None
 
@@ -188,7 +188,7 @@ class _Recorder:
             self.trace.ops.append(Copy(t, None, src))
 
 
-def _signature(args: tuple) -> tuple:
+def _signature(args: Any) -> tuple:
     """Device, shape, dtype and strides of each array argument, the hashable values, and how the
     arrays' memory overlaps (which earlier argument, at what byte offset): a replay is valid for
     exactly the calls whose arguments overlap the same way. (Addresses and spans are cached on the
@@ -225,23 +225,45 @@ def _signature(args: tuple) -> tuple:
 class JitFunction:
     """A traced function; see :func:`jit`."""
 
-    def __init__(self, fn: Any, graph: bool = False) -> None:
+    def __init__(self, fn: Any, graph: bool = False, static_argnums: tuple[int, ...] = (),
+                 static_argnames: tuple[str, ...] = ()) -> None:  # fmt: skip
         self.fn = fn
         self.graph = graph
+        self.static_argnums = frozenset(static_argnums)
+        self.static_argnames = frozenset(static_argnames)
         self.plans: dict[tuple, Trace] = {}
         functools.update_wrapper(self, fn)
 
-    def __call__(self, *args: Any) -> Any:
-        args = tuple(a if isinstance(a, Array) or backends.device_of(a) is None else asarray(a) for a in args)
-        sig = _signature(args)
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        nums, names = self.static_argnums, self.static_argnames
+        if nums or names:
+            static: tuple[tuple[Any, Any], ...] = tuple((i, a) for i, a in enumerate(args) if i in nums)
+            static += tuple(sorted((k, v) for k, v in kwargs.items() if k in names))
+            for _, v in static:
+                try:
+                    hash(v)
+                except TypeError:
+                    raise UnsupportedError(
+                        f"ft.jit: a static argument must be hashable, got {type(v).__name__}"
+                    ) from None
+            dyn = (
+                tuple(a for i, a in enumerate(args) if i not in nums),
+                {k: v for k, v in kwargs.items() if k not in names},
+            )
+        else:
+            static = ()
+            dyn = (args, kwargs)
+        leaves, tree = pytree.flatten(dyn)
+        leaves = [a if isinstance(a, Array) or backends.device_of(a) is None else asarray(a) for a in leaves]
+        sig = (tree, static, _signature(leaves))
         trace = self.plans.get(sig)
         if trace is None:
-            return self._trace(sig, args)
+            return self._trace(sig, tuple(leaves), tree, static)
         if self.graph:
-            return self._graph_replay(trace, args)
-        return self._replay(trace, args)
+            return self._graph_replay(trace, tuple(leaves))
+        return self._replay(trace, tuple(leaves))
 
-    def _trace(self, sig: tuple, args: tuple) -> Any:
+    def _trace(self, sig: tuple, args: tuple, tree: Any, static: tuple) -> Any:
         arrays = [a for a in args if isinstance(a, Array)]
         devices = {a.device for a in arrays}
         if len(devices) > 1:
@@ -254,15 +276,22 @@ class JitFunction:
             HOOK.recorder = rec
             try:
                 # fresh wrappers, so realizing inside the trace never rewrites the caller's arrays
-                inner = tuple(
+                inner = [
                     wrap(make_buffer(a._node.data, a.device)) if isinstance(a, Array) else a  # type: ignore[attr-defined]
                     for a in args
-                )
-                out = self.fn(*inner)
-                single = not isinstance(out, tuple | list)
-                items = [out] if single else list(out)
+                ]
+                dyn_args, dyn_kwargs = pytree.unflatten(tree, inner)
+                pos = list(dyn_args)
+                kw = dict(dyn_kwargs)
+                for key, v in static:
+                    if isinstance(key, int):
+                        pos.insert(key, v)
+                    else:
+                        kw[key] = v
+                out = self.fn(*pos, **kw)
+                items, out_tree = pytree.flatten(out)
                 _realize.realize([x for x in items if isinstance(x, Array)])
-                rec.trace.single = single
+                rec.trace.out_tree = out_tree
                 for x in items:
                     rec.trace.results.append(
                         (rec.desc(x._node.data), None) if isinstance(x, Array) else (None, x)  # type: ignore[attr-defined]
@@ -271,7 +300,7 @@ class JitFunction:
                 HOOK.recorder = None
         self.plans[sig] = rec.trace
         STATS["traces"] += 1
-        return out if single else type(out)(items) if isinstance(out, tuple) else items
+        return out
 
     def _graph_replay(self, trace: Trace, args: tuple) -> Any:
         """Launch the trace's graph. Arguments only fusetree's kernels touch are *bound*: the graph
@@ -321,7 +350,7 @@ class JitFunction:
                 results.append(wrap(make_buffer(_as_array(be, datas, desc), trace.device)))
             else:
                 results.append(r if desc is not None else value)
-        return results[0] if trace.single else tuple(results)
+        return pytree.unflatten(trace.out_tree, results)
 
     def _replay(self, trace: Trace, args: tuple, fixed: list[Any] | None = None, count: bool = True) -> Any:
         """Re-launch the recorded ops on ``args``' memory. With ``fixed`` (a previous replay's
@@ -395,7 +424,7 @@ class JitFunction:
                     results.append(
                         wrap(make_buffer(be.view_at(r, d.offset, d.shape, d.strides, d.dtype), trace.device))
                     )
-        return results[0] if trace.single else tuple(results)
+        return pytree.unflatten(trace.out_tree, results)
 
 
 def _bind_args(be: Any, inputs: tuple[Arg, ...], roots: list[Any], frame: bool) -> list[Any]:
@@ -481,7 +510,7 @@ def _capture(self: JitFunction, trace: Trace, args: tuple) -> _Graph:
             self._replay(trace, fixed_args, fixed=roots, count=False)
 
         first = self._replay(trace, fixed_args, fixed=roots, count=False)
-        results = [first] if trace.single else list(first)
+        results = pytree.flatten(first)[0]
         return _Graph(statics, roots, results, launch, written)
     # a trace the driver-built graph cannot hold: stream capture over static copies of every argument
     cp = be.xp
@@ -490,7 +519,7 @@ def _capture(self: JitFunction, trace: Trace, args: tuple) -> _Graph:
         stream.begin_capture()
         try:
             res = self._replay(trace, tuple(new_args), fixed=roots, count=False)
-            results = [res] if trace.single else list(res)
+            results = pytree.flatten(res)[0]
         finally:
             graph = stream.end_capture()
     if hasattr(graph, "upload"):
@@ -645,26 +674,48 @@ def _as_array(be: Any, roots: list[Any], d: Desc) -> Any:
     return be.view_at(r, d.offset, d.shape, d.strides, d.dtype)
 
 
-def jit(fn: Any = None, *, graph: bool = False) -> Any:
+def jit(fn: Any = None, *, graph: bool = False, static_argnums: Any = (), static_argnames: Any = ()) -> Any:
     """Trace ``fn`` on its first call per input signature; replay the recorded launches after.
 
-    With ``graph=True`` (CUDA), the second call captures the trace as a CUDA graph (GEMMs
-    included, through fusetree's own cuBLAS handle) and every later call copies its inputs into
-    the graph's static buffers, launches the graph once, and copies the arguments the function
-    writes (``m[...] = ...``, ``x += 1``) back into the caller's arrays. The new arrays it returns
-    are static buffers: the next call overwrites them. Graphs are freed with the jitted function.
-    On host devices ``graph=True`` replays the trace into fixed buffers with the same semantics
-    (static buffers, copies in and back), so code can be checked there.
+    Arguments and results may be pytrees: nested lists, tuples, named tuples and dicts of arrays
+    (JAX's convention; an optimizer's parameters, a model's state). Non-array leaves and the
+    arguments named by ``static_argnums``/``static_argnames`` are static: hashable values frozen
+    into the trace (a new value traces again). The signature is the tree structure, the static
+    values, each array's device, shape, dtype and strides, and how the arrays' memory overlaps.
+
+    With ``graph=True`` (CUDA), the second call builds a CUDA graph of the trace (GEMMs included,
+    through fusetree's own cuBLAS handle) and every later call launches it once. Arguments only
+    fusetree's kernels touch are bound: the graph works in the caller's memory, in-place updates
+    included, and a new address re-points the kernel nodes using it (``stats()["graph_node_updates"]``)
+    - no copy. Arguments a GEMM or a copy reads are copied into static buffers
+    (``stats()["copies"]``) and copied back when the function writes them. The new arrays it
+    returns are static buffers: the next call overwrites them. Graphs are freed with the jitted
+    function. On host devices ``graph=True`` replays the trace into fixed buffers with the same
+    copy semantics, so code can be checked there.
 
     >>> import numpy as np, fusetree as ft
     >>> @ft.jit
     ... def f(x, y):
     ...     return ft.tanh(x * y) + 1
-    >>> a = ft.asarray(np.ones(4, np.float32))
+    >>> a = ft.asarray(np.ones(4))
     >>> ft.reset_stats(); _ = f(a, a); r = f(a, a)
     >>> ft.stats()["traces"], ft.stats()["replays"], r.numpy().round(3).tolist()
     (1, 1, [1.762, 1.762, 1.762, 1.762])
+    >>> @ft.jit(static_argnames=("lr",))
+    ... def sgd(params, grads, lr):
+    ...     for p, g in zip(params, grads):
+    ...         p -= lr * g
+    ...     return {"n": len(params)}
+    >>> ps = [ft.asarray(np.ones(3)), ft.asarray(np.ones(2))]
+    >>> sgd(ps, [ft.asarray(np.ones(3)), ft.asarray(np.ones(2))], lr=0.5)["n"], ps[1].numpy().tolist()
+    (2, [0.5, 0.5])
     """
+    if isinstance(static_argnums, int):
+        static_argnums = (static_argnums,)
+    if isinstance(static_argnames, str):
+        static_argnames = (static_argnames,)
     if fn is None:
-        return functools.partial(jit, graph=graph)
-    return JitFunction(fn, graph)
+        return functools.partial(
+            jit, graph=graph, static_argnums=static_argnums, static_argnames=static_argnames
+        )
+    return JitFunction(fn, graph, tuple(static_argnums), tuple(static_argnames))

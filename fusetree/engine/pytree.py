@@ -1,0 +1,49 @@
+"""Pytrees (JAX's convention): nested lists, tuples, named tuples and dicts whose leaves are arrays
+or hashable values. ``ft.jit`` takes and returns them; the tree structure is part of the call's
+signature."""
+
+from __future__ import annotations
+
+from typing import Any
+
+LEAF = "*"
+
+
+def flatten(x: Any) -> tuple[list[Any], Any]:
+    """(leaves in order, the tree structure: hashable). Dict entries are ordered by key."""
+    leaves: list[Any] = []
+
+    def go(v: Any) -> Any:
+        t = type(v)
+        if t is list:
+            return ("list", tuple(go(c) for c in v))
+        if t is tuple:
+            return ("tuple", tuple(go(c) for c in v))
+        if t is dict:
+            keys = tuple(sorted(v))
+            return ("dict", keys, tuple(go(v[k]) for k in keys))
+        if isinstance(v, tuple) and hasattr(v, "_fields"):  # a named tuple
+            return ("named", t, tuple(go(c) for c in v))
+        leaves.append(v)
+        return LEAF
+
+    return leaves, go(x)
+
+
+def unflatten(tree: Any, leaves: list[Any]) -> Any:
+    """The inverse of :func:`flatten`."""
+    it = iter(leaves)
+
+    def go(node: Any) -> Any:
+        if node == LEAF:
+            return next(it)
+        kind = node[0]
+        if kind == "list":
+            return [go(c) for c in node[1]]
+        if kind == "tuple":
+            return tuple(go(c) for c in node[1])
+        if kind == "dict":
+            return {k: go(c) for k, c in zip(node[1], node[2])}
+        return node[1](*[go(c) for c in node[2]])
+
+    return go(tree)
