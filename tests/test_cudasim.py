@@ -21,7 +21,9 @@ warnings.simplefilter("ignore")
 rng = np.random.default_rng(0)
 D = "cuda-sim"
 checked = 0
-for name, d in sorted(OPS.items()):
+PART = sys.argv[1]
+# SEMANTICS
+for name, d in sorted(OPS.items()) if PART == "ops" else ():
     if name in ("astype",):
         continue
     for dt in ("int16", "float32", "float64", "bool"):
@@ -38,50 +40,62 @@ for name, d in sorted(OPS.items()):
             want = np.asarray(d.ref(*[x[::-1] if x.ndim == 2 else x for x in xs]))
         assert_matches(got, want, d.ulps, 20.0, f"{name}({dt})")
         checked += 1
-inp = make_inputs(rng, 4, 8)
-h2, c2 = lstm_step(*(ft.asarray(v, device=D) for v in inp), xp=ft)
-ft.reset_stats()
-ft.evaluate(h2, c2)
-assert ft.stats()["kernels"] == 1, ft.stats()
-hr, cr = reference(*inp)
-assert rel_err(h2.numpy(), hr) < 1e-5 and rel_err(c2.numpy(), cr) < 1e-5
-out = ft.asarray(np.full((3, 4), np.nan, np.float32), device=D)
-out[:, ::2] = ft.asarray(np.ones((3, 2), np.float32), device=D) * 3
-assert np.isnan(out.numpy()[:, 1::2]).all() and (out.numpy()[:, ::2] == 3).all()
-import reduce_cases as rc
-checked += rc.check_special(D, rng)
-checked += rc.check_patterns(D, rng, shape=(3, 10), dtypes=("float32", "float16"))
-with ft.options(reduce_threads=64):  # several warps per row: the shared-memory exchange
-    checked += rc.check_patterns(D, rng, shape=(2, 70), dtypes=("float32",))
-checked += rc.check_kinds(D, rng, [(2, 3, 4)], ["float32", "int16", "bool"])
-# in-place semantics on the CUDA target: element reads after writes, augmented assignment in place
-a = ft.zeros((2, 3), device=D)
-assert float(a[0, 0]) == 0.0
-a[...] = a + 1
-assert float(a[0, 0]) == 1.0 and a[1, 2].item() == 1.0
-a[0, 0] = 5
-assert a.numpy()[0, 0] == 5
-xb = np.arange(6.0)
-x = ft.asarray(xb, device=D)
-v = x[::2]
-v += 100
-x[1:] += x[:-1]
-ref = np.array([100, 1, 102, 3, 104, 5.0]); ref[1:] += ref[:-1].copy()
-np.testing.assert_array_equal(x.numpy(), ref)
-i = ft.asarray(np.arange(4), device=D)
-i <<= 3
-assert i.numpy().tolist() == [0, 8, 16, 24]
-import programs
-for seed in range(6):
-    checked += sum(programs.check_program(programs.random_program(seed, narrow=True), device=D).values())
+if PART == "reductions":
+    import reduce_cases as rc
+
+    checked += rc.check_special(D, rng)
+    checked += rc.check_patterns(D, rng, shape=(3, 10), dtypes=("float32", "float16"))
+    with ft.options(reduce_threads=64):  # several warps per row: the shared-memory exchange
+        checked += rc.check_patterns(D, rng, shape=(2, 70), dtypes=("float32",))
+    checked += rc.check_kinds(D, rng, [(2, 3, 4)], ["float32", "int16", "bool"])
+if PART == "semantics":
+    checked += semantics()
 print("SIM OK", checked)
 """
 
+SEMANTICS = r"""
+def semantics():
+    checked = 0
+    inp = make_inputs(rng, 4, 8)
+    h2, c2 = lstm_step(*(ft.asarray(v, device=D) for v in inp), xp=ft)
+    ft.reset_stats()
+    ft.evaluate(h2, c2)
+    assert ft.stats()["kernels"] == 1, ft.stats()
+    hr, cr = reference(*inp)
+    assert rel_err(h2.numpy(), hr) < 1e-5 and rel_err(c2.numpy(), cr) < 1e-5
+    out = ft.asarray(np.full((3, 4), np.nan, np.float32), device=D)
+    out[:, ::2] = ft.asarray(np.ones((3, 2), np.float32), device=D) * 3
+    assert np.isnan(out.numpy()[:, 1::2]).all() and (out.numpy()[:, ::2] == 3).all()
+    # in-place semantics on the CUDA target: element reads after writes, augmented assignment in place
+    a = ft.zeros((2, 3), device=D)
+    assert float(a[0, 0]) == 0.0
+    a[...] = a + 1
+    assert float(a[0, 0]) == 1.0 and a[1, 2].item() == 1.0
+    a[0, 0] = 5
+    assert a.numpy()[0, 0] == 5
+    xb = np.arange(6.0)
+    x = ft.asarray(xb, device=D)
+    v = x[::2]
+    v += 100
+    x[1:] += x[:-1]
+    ref = np.array([100, 1, 102, 3, 104, 5.0]); ref[1:] += ref[:-1].copy()
+    np.testing.assert_array_equal(x.numpy(), ref)
+    i = ft.asarray(np.arange(4), device=D)
+    i <<= 3
+    assert i.numpy().tolist() == [0, 8, 16, 24]
+    import programs
+    for seed in range(6):
+        checked += sum(programs.check_program(programs.random_program(seed, narrow=True), device=D).values())
+    return checked
+"""
 
-def test_generated_cuda_kernels_in_simulator():
+
+@pytest.mark.parametrize("part", ["ops", "reductions", "semantics"])
+def test_generated_cuda_kernels_in_simulator(part):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    script = SCRIPT.replace("# SEMANTICS", SEMANTICS)
     r = subprocess.run(
-        [sys.executable, "-c", SCRIPT], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-c", script, part], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
     )
     if "No module named 'numba.cuda'" in r.stderr:
         pytest.skip("numba-cuda not installed")

@@ -34,7 +34,8 @@ N = int(os.environ.get("FUSETREE_FUZZ_PROGRAMS", "120"))
 
 
 def test_random_programs_in_every_mode():
-    base = int.from_bytes(os.urandom(3), "little")
+    # a fixed range in CI (it must not fail on a seed nobody ran); FUSETREE_FUZZ_SEED explores others
+    base = int(os.environ.get("FUSETREE_FUZZ_SEED", "500000"))
     print(f"program seeds {base}..{base + N - 1} (narrow) and {base}..{base + N // 4 - 1} (wide)")
     total = 0
     for k in range(N):
