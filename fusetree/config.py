@@ -33,7 +33,7 @@ class Options:
     cpu_parallel: bool = True  # numba parallel=True loops on the CPU backend
     max_kernel_params: int = MAX_KERNEL_PARAMS
     cuda_unroll: int = 1  # elements per thread per grid-stride step in flat CUDA kernels
-    max_cached_kernels: int = 4096  # in-memory kernel cache bound (LRU)
+    max_cached_kernels: int = 1024  # in-memory kernel cache bound (LRU); a numba CPU kernel holds ~3 MB
     # reductions: threads per row on CUDA (0: chosen from the row length), and rows longer than
     # ``reduce_split`` elements are reduced in two stages of chunks that long (0: automatic)
     reduce_threads: int = 0
@@ -47,7 +47,7 @@ def _from_env() -> Options:
         cpu_parallel=_env_flag("FUSETREE_CPU_PARALLEL", True),
         max_kernel_params=int(os.environ.get("FUSETREE_MAX_KERNEL_PARAMS", MAX_KERNEL_PARAMS)),
         cuda_unroll=int(os.environ.get("FUSETREE_CUDA_UNROLL", 1)),
-        max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 4096)),
+        max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 1024)),
         reduce_threads=int(os.environ.get("FUSETREE_REDUCE_THREADS", 0)),
         reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),
     )
