@@ -362,3 +362,72 @@ def test_program_fuzzer_every_mode_on_gpu():
     for seed in range(60):
         total += sum(programs.check_program(programs.random_program(seed), device="cuda").values())
     assert total > 60
+
+
+# -- jit: bound (zero-copy) graph arguments, staged GEMM operands, pytrees (jit issue) ------------
+
+
+def test_graph_arguments_are_bound_not_copied(rng):
+    """Arguments only fusetree's kernels touch are bound: the same arrays cost no copy, new arrays
+    re-point the kernel nodes (no copy, no re-capture); a GEMM operand is staged (one copy)."""
+    import cupy as cp
+
+    @ft.jit(graph=True)
+    def sgd(params, grads):
+        for p, g in zip(params, grads):
+            p -= 0.1 * g
+        return None
+
+    P = [cp.ones(1000, np.float32), cp.ones((7, 9), np.float32)]
+    G = [cp.asarray(rng.standard_normal(p.shape).astype(np.float32)) for p in P]
+    ref = [p.get().astype(np.float64) for p in P]
+    for _ in range(2):  # trace, capture
+        sgd([ft.asarray(p) for p in P], [ft.asarray(g) for g in G])
+    ft.reset_stats()
+    for _ in range(3):
+        sgd([ft.asarray(p) for p in P], [ft.asarray(g) for g in G])
+    s = ft.stats()
+    assert (s["copies"], s["graph_node_updates"], s["graph_captures"], s["graph_launches"]) == (0, 0, 0, 3), s
+    for r, g in zip(ref, G):
+        r -= 5 * 0.1 * g.get()
+    for p, r in zip(P, ref):
+        assert rel_err(p.get(), r) < 1e-6
+    P2 = [p.copy() for p in P]  # new addresses: re-pointed kernel nodes, still no copies
+    sgd([ft.asarray(p) for p in P2], [ft.asarray(g) for g in G])
+    s = ft.stats()
+    assert s["copies"] == 0 and s["graph_node_updates"] >= 2 and s["graph_captures"] == 0, s
+    for p2, p, g in zip(P2, P, G):
+        assert rel_err(p2.get(), p.get() - 0.1 * g.get()) < 1e-6
+
+    @ft.jit(graph=True)
+    def layer(x, w):
+        return ft.tanh(x @ w)
+
+    w = cp.asarray(rng.standard_normal((16, 8)).astype(np.float32))
+    for _ in range(3):
+        x = cp.asarray(rng.standard_normal((4, 16)).astype(np.float32))
+        ft.reset_stats()
+        y = layer(ft.asarray(x), ft.asarray(w)).numpy()
+        np.testing.assert_allclose(y, np.tanh(x.get().astype(np.float64) @ w.get()), rtol=1e-4, atol=1e-5)
+    assert ft.stats()["copies"] == 2  # x and w into their staged buffers: GEMM operands are copied
+
+
+def test_jit_pytrees_and_static_arguments_on_gpu(rng):
+    import cupy as cp
+
+    @ft.jit(graph=True, static_argnames=("lr",))
+    def step(state, batch, lr=0.1):
+        w, m = state["w"], state["m"]
+        m[...] = 0.9 * m + batch[0] * batch[1]
+        w -= lr * m
+        return {"norm": ft.sum(w * w)}, [m * 2]
+
+    st = {"w": cp.ones(64, np.float32), "m": cp.zeros(64, np.float32)}
+    w64, m64 = np.ones(64), np.zeros(64)
+    for _ in range(4):
+        a, b = (cp.asarray(rng.standard_normal(64).astype(np.float32)) for _ in range(2))
+        out, (m2,) = step({k: ft.asarray(v) for k, v in st.items()}, (ft.asarray(a), ft.asarray(b)), lr=0.05)
+        m64 = 0.9 * m64 + a.get() * b.get()
+        w64 -= 0.05 * m64
+        assert rel_err(st["w"].get(), w64) < 1e-5 and rel_err(m2.numpy(), 2 * m64) < 1e-5
+        assert abs(float(out["norm"]) - float(w64 @ w64)) < 1e-4 * float(w64 @ w64)

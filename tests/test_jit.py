@@ -141,3 +141,58 @@ def test_static_argnums_and_in_place_pytree_updates(graph, rng):
         np.testing.assert_allclose(p, r)
     with pytest.raises(ft.UnsupportedError, match="hashable"):
         sgd([ft.asarray(p) for p in P], [ft.asarray(g) for g in G], [0.1])
+
+
+def test_overlap_sweep_matches_all_pairs(rng):
+    from fusetree.engine.jit import _overlaps
+
+    for trial in range(200):
+        n = int(rng.integers(2, 12))
+        spans = []
+        for i in range(n):
+            lo = int(rng.integers(0, 40))
+            spans.append((lo, lo + int(rng.integers(0, 10)), lo + int(rng.integers(0, 3)), i))
+        want: dict = {}
+        for i in range(n):
+            for j in range(i):
+                if spans[i][0] < spans[j][1] and spans[j][0] < spans[i][1]:
+                    want.setdefault(i, []).append((j, spans[i][2] - spans[j][2]))
+        assert _overlaps(spans) == want, (trial, spans)
+
+
+def test_repeated_arguments_fast_path_sees_new_arrays_and_aliasing(rng):
+    """The same arrays again skip the signature; any change (another array, a rebound array, an
+    alias, a value) is seen."""
+
+    @ft.jit
+    def f(ps, gs):
+        for p, g in zip(ps, gs):
+            p -= 0.5 * g
+        return ps[0] * 1
+
+    P = [rng.standard_normal(6) for _ in range(3)]
+    G = [rng.standard_normal(6) for _ in range(3)]
+    fp, fg = [ft.asarray(p) for p in P], [ft.asarray(g) for g in G]
+    ref = [p.copy() for p in P]
+    ft.reset_stats()
+    for _ in range(3):
+        out = f(fp, fg)
+        for r, g in zip(ref, G):
+            r -= 0.5 * g
+        np.testing.assert_allclose(out.numpy(), ref[0])
+    assert (ft.stats()["traces"], ft.stats()["replays"]) == (1, 2)
+    fg[1] = ft.asarray(G[1] * 10)  # another array in the same place
+    f(fp, fg)
+    for r, g, k in zip(ref, G, (1, 10, 1)):
+        r -= 0.5 * g * k
+    for p, r in zip(P, ref):
+        np.testing.assert_allclose(p, r)
+    alias = [fp[0], fp[0], fp[2]]  # the first parameter twice: overlapping arguments, a new trace
+    f(alias, fg)
+    ref[0] -= 0.5 * G[0] + 0.5 * G[1] * 10
+    ref[2] -= 0.5 * G[2]
+    np.testing.assert_allclose(P[0], ref[0])
+    np.testing.assert_allclose(P[2], ref[2])
+    assert ft.stats()["traces"] == 2
+    f(fp, fg)  # back to distinct arrays: the first trace again
+    assert ft.stats()["traces"] == 2

@@ -34,7 +34,7 @@ from numba.cuda import libdevice  # noqa: E402
 from .. import config  # noqa: E402
 from ..codegen import abi  # noqa: E402
 from ..codegen.common import Target  # noqa: E402
-from ..errors import CompileError, DeviceError  # noqa: E402
+from ..errors import CompileError, DeviceError, UnsupportedError  # noqa: E402
 from . import helpers  # noqa: E402
 from .base import Backend, mapped, pow2_at_least, store_product  # noqa: E402
 from .cublas import CuBLAS  # noqa: E402
@@ -382,9 +382,19 @@ class CUDABackend(Backend):
         first. Batched, float16 and integer products go through ``cupy.matmul`` (not capturable
         into a CUDA graph: CuPy refuses cuBLAS during stream capture)."""
         dt = np.result_type(a.dtype, b.dtype)
-        if (a.ndim > 2 or b.ndim > 2 or a.ndim == 0 or b.ndim == 0 or a.dtype != dt or b.dtype != dt
-                or dt not in self._gemm_consts or (out is not None and (not out.flags.c_contiguous or out.dtype != dt))):  # fmt: skip
+        if a.ndim > 2 or b.ndim > 2 or a.ndim == 0 or b.ndim == 0 or dt not in self._gemm_consts:
+            if _current_stream().is_capturing():
+                raise UnsupportedError(
+                    f"a {dt} product of shapes {a.shape} @ {b.shape} runs through cupy.matmul, which "
+                    "cannot be captured into a CUDA graph (2-D float32/float64 products can)"
+                )
             return store_product(cp.matmul(a, b), out, accumulate)
+        if a.dtype != dt:
+            a = a.astype(dt)
+        if b.dtype != dt:
+            b = b.astype(dt)
+        if out is not None and (not out.flags.c_contiguous or out.dtype != dt):  # through a temporary
+            return store_product(self.gemm(a, b), out, accumulate)
         shape = (a.shape[:-1] if a.ndim == 2 else ()) + (b.shape[1:] if b.ndim == 2 else ())
         a2 = a if a.ndim == 2 else a.reshape(1, -1)
         b2 = b if b.ndim == 2 else b.reshape(-1, 1)

@@ -14,8 +14,11 @@ depend on argument *values* (``if float(x) > 0``) cannot be traced and raises.
 from __future__ import annotations
 
 import functools
+import operator
 import threading
+import weakref
 from dataclasses import dataclass, field
+from operator import is_
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -192,25 +195,19 @@ def _signature(args: Any) -> tuple:
     """Device, shape, dtype and strides of each array argument, the hashable values, and how the
     arrays' memory overlaps (which earlier argument, at what byte offset): a replay is valid for
     exactly the calls whose arguments overlap the same way. (Addresses and spans are cached on the
-    arguments' buffer nodes.)"""
+    arguments' buffer nodes; overlaps are found by a sweep over the spans sorted by their start,
+    so many arguments cost n log n, not n².)"""
     sig: list[Any] = []
-    spans: list[tuple[int, int, int]] = []  # (lo, hi, ptr) per array argument
+    spans: list[tuple[int, int, int, int]] = []  # (lo, hi, ptr, position in sig) per array argument
     for a in args:
         if isinstance(a, Array):
             n = a._node
             if n.op != "buffer":
                 _realize.realize((a,))
                 n = a._node
-            p = n.ptr  # type: ignore[attr-defined]
             lo, hi = n.span  # type: ignore[attr-defined]
-            if spans:
-                overlaps = tuple(
-                    (j, p - pj) for j, (lo_j, hi_j, pj) in enumerate(spans) if lo < hi_j and lo_j < hi
-                )
-            else:
-                overlaps = ()
-            spans.append((lo, hi, p))
-            sig.append((n.device, n.shape, n.dtype, n.data.strides, overlaps))  # type: ignore[attr-defined]
+            spans.append((lo, hi, n.ptr, len(sig)))  # type: ignore[attr-defined]
+            sig.append((n.device, n.shape, n.dtype, n.data.strides, ()))  # type: ignore[attr-defined]
         else:
             try:
                 hash(a)
@@ -219,7 +216,54 @@ def _signature(args: Any) -> tuple:
                     f"ft.jit: argument of type {type(a).__name__} is neither an array nor hashable"
                 ) from None
             sig.append(("value", type(a), a))
+    if len(spans) > 1:
+        for k, pairs in _overlaps(spans).items():
+            dev, shape, dt, strides, _ = sig[spans[k][3]]
+            sig[spans[k][3]] = (dev, shape, dt, strides, tuple(pairs))
     return tuple(sig)
+
+
+def _overlaps(spans: list[tuple[int, int, int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """For each array argument overlapping earlier ones: [(earlier argument, byte offset)] in
+    argument order. Two spans [lo, hi) overlap when each starts before the other ends."""
+    order = sorted(range(len(spans)), key=lambda i: spans[i][0])
+    found: dict[int, list[tuple[int, int]]] = {}
+    active: list[int] = []  # spans started so far that may still reach the current start
+    for i in order:
+        lo, hi, p, _ = spans[i]
+        if active:
+            active = [j for j in active if spans[j][1] > lo]
+            for j in active:
+                lo_j, _, p_j, _ = spans[j]
+                if lo_j < hi:
+                    a, b = (i, j) if j < i else (j, i)
+                    found.setdefault(a, []).append((b, spans[a][2] - spans[b][2]))
+        active.append(i)
+    for pairs in found.values():
+        pairs.sort()
+    return found
+
+
+_deref = weakref.ref.__call__
+_node_uid = operator.attrgetter("_node.uid")
+
+
+class _LastCall(NamedTuple):
+    """The previous call's arguments (weakly) and their buffer nodes' uids: a call passing the very
+    same arrays, over the same buffers, skips the signature (checked at C speed: identities and
+    uids, no per-argument Python code)."""
+
+    tree: Any
+    static: tuple
+    refs: list  # weak references to the array arguments
+    uids: list[int]  # their buffer nodes' uids (never reused)
+    trace: Trace
+
+    @staticmethod
+    def of(tree: Any, static: tuple, leaves: list, trace: Trace) -> _LastCall | None:
+        if not all(isinstance(a, Array) and a._node.op == "buffer" for a in leaves):
+            return None  # Python values or pending arrays: the full signature every call
+        return _LastCall(tree, static, [weakref.ref(a) for a in leaves], list(map(_node_uid, leaves)), trace)
 
 
 class JitFunction:
@@ -232,6 +276,7 @@ class JitFunction:
         self.static_argnums = frozenset(static_argnums)
         self.static_argnames = frozenset(static_argnames)
         self.plans: dict[tuple, Trace] = {}
+        self._last: _LastCall | None = None
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -254,13 +299,29 @@ class JitFunction:
             static = ()
             dyn = (args, kwargs)
         leaves, tree = pytree.flatten(dyn)
-        leaves = [a if isinstance(a, Array) or backends.device_of(a) is None else asarray(a) for a in leaves]
-        sig = (tree, static, _signature(leaves))
-        trace = self.plans.get(sig)
-        if trace is None:
-            return self._trace(sig, tuple(leaves), tree, static)
+        last = self._last
+        if (
+            last is not None
+            and len(leaves) == len(last.refs)
+            and tree == last.tree
+            and static == last.static
+            and all(map(is_, leaves, map(_deref, last.refs)))
+            and list(map(_node_uid, leaves)) == last.uids
+        ):  # the previous call's arrays, still over the same buffers: the same signature
+            trace = last.trace
+        else:
+            leaves = [
+                a if isinstance(a, Array) or backends.device_of(a) is None else asarray(a) for a in leaves
+            ]
+            sig = (tree, static, _signature(leaves))
+            found = self.plans.get(sig)
+            if found is None:
+                self._last = None
+                return self._trace(sig, tuple(leaves), tree, static)
+            trace = found
+            last = self._last = _LastCall.of(tree, static, leaves, trace)
         if self.graph:
-            return self._graph_replay(trace, tuple(leaves))
+            return self._graph_replay(trace, tuple(leaves), last)
         return self._replay(trace, tuple(leaves))
 
     def _trace(self, sig: tuple, args: tuple, tree: Any, static: tuple) -> Any:
@@ -302,7 +363,7 @@ class JitFunction:
         STATS["traces"] += 1
         return out
 
-    def _graph_replay(self, trace: Trace, args: tuple) -> Any:
+    def _graph_replay(self, trace: Trace, args: tuple, last: _LastCall | None = None) -> Any:
         """Launch the trace's graph. Arguments only fusetree's kernels touch are *bound*: the graph
         reads and writes the caller's memory, and when an argument's address differs from the last
         call's, the kernel nodes using it are re-pointed (no copy). Arguments a GEMM or a copy
@@ -315,26 +376,35 @@ class JitFunction:
             g = trace.graph = _capture(self, trace, args)
             STATS["graph_captures"] += 1
         be = backends.get(trace.device)
-        datas = []
-        changed = []
-        k = 0
-        for a in args:
-            if isinstance(a, Array):
-                d = a._node.data  # type: ignore[attr-defined]
-                datas.append(d)
-                s = g.inputs[k]
-                if s is None:  # bound: the graph reads and writes the caller's memory
-                    p = a._node.ptr  # type: ignore[attr-defined]
-                    if p != g.addresses[k]:
-                        g.addresses[k] = p
-                        g.roots[k] = d
-                        changed.append(k)
-                elif be.ptr(d) != be.ptr(s):  # staged: a private copy the graph reads
+        if last is not None and g.seen is last:  # the arguments of the last launch: bound nodes hold
+            datas = g.datas
+            for k in g.staged:
+                d, s = datas[k], g.inputs[k]
+                if be.ptr(d) != be.ptr(s):
                     be.copy(s, d)
                     STATS["copies"] += 1
-                k += 1
-        if changed:
-            STATS["graph_node_updates"] += g.repoint(be, changed)
+        else:
+            datas = []
+            changed = []
+            k = 0
+            for a in args:
+                if isinstance(a, Array):
+                    d = a._node.data  # type: ignore[attr-defined]
+                    datas.append(d)
+                    s = g.inputs[k]
+                    if s is None:  # bound: the graph reads and writes the caller's memory
+                        p = a._node.ptr  # type: ignore[attr-defined]
+                        if p != g.addresses[k]:
+                            g.addresses[k] = p
+                            g.roots[k] = d
+                            changed.append(k)
+                    elif be.ptr(d) != be.ptr(s):  # staged: a private copy the graph reads
+                        be.copy(s, d)
+                        STATS["copies"] += 1
+                    k += 1
+            if changed:
+                STATS["graph_node_updates"] += g.repoint(be, changed)
+            g.datas, g.seen = datas, last
         g.launch()
         for k in g.written:
             d, s = datas[k], g.inputs[k]
@@ -466,6 +536,13 @@ class _Graph:
     exec: Any = None  # the executable graph (CUDA)
     addresses: list[int] = field(default_factory=list)  # bound arguments: the address the nodes use
     users: dict[int, list] = field(default_factory=dict)  # bound argument -> [(node, Launch)]
+    datas: list = field(default_factory=list)  # the last launch's argument arrays
+    seen: Any = None  # the jit's _LastCall record of that launch (its arguments, by identity)
+
+    staged: list[int] = field(default_factory=list)  # arguments with a static copy (see __post_init__)
+
+    def __post_init__(self) -> None:
+        self.staged = [k for k, s in enumerate(self.inputs) if s is not None]
 
     def repoint(self, be: Any, changed: list[int]) -> int:
         """Re-point the kernel nodes that use the ``changed`` bound arguments; how many."""

@@ -9,16 +9,24 @@ from typing import Any
 LEAF = "*"
 
 
+_NOT_LEAF = (list, tuple, dict)
+
+
 def flatten(x: Any) -> tuple[list[Any], Any]:
-    """(leaves in order, the tree structure: hashable). Dict entries are ordered by key."""
+    """(leaves in order, the tree structure: hashable). Dict entries are ordered by key.
+
+    >>> flatten({"b": [1, 2], "a": (3,)})
+    ([3, 1, 2], ('dict', ('a', 'b'), (('tuple', 1), ('list', 2))))
+    """
     leaves: list[Any] = []
 
     def go(v: Any) -> Any:
         t = type(v)
-        if t is list:
-            return ("list", tuple(go(c) for c in v))
-        if t is tuple:
-            return ("tuple", tuple(go(c) for c in v))
+        if t is list or t is tuple:
+            if not any(isinstance(c, _NOT_LEAF) for c in v):  # a flat sequence: (kind, length)
+                leaves.extend(v)
+                return ("list" if t is list else "tuple", len(v))
+            return ("list" if t is list else "tuple", tuple(go(c) for c in v))
         if t is dict:
             keys = tuple(sorted(v))
             return ("dict", keys, tuple(go(v[k]) for k in keys))
@@ -38,10 +46,10 @@ def unflatten(tree: Any, leaves: list[Any]) -> Any:
         if node == LEAF:
             return next(it)
         kind = node[0]
-        if kind == "list":
-            return [go(c) for c in node[1]]
-        if kind == "tuple":
-            return tuple(go(c) for c in node[1])
+        if kind == "list" or kind == "tuple":
+            kids = node[1]
+            items = [next(it) for _ in range(kids)] if type(kids) is int else [go(c) for c in kids]
+            return items if kind == "list" else tuple(items)
         if kind == "dict":
             return {k: go(c) for k, c in zip(node[1], node[2])}
         return node[1](*[go(c) for c in node[2]])
