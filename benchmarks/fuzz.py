@@ -2,7 +2,7 @@
 evaluated by fusetree and by NumPy, compared.
 
     python benchmarks/fuzz.py --n 2000 [--device cpu|cuda|cuda-sim] [--seed S] [--jobs J]
-    python benchmarks/fuzz.py --programs --n 2000 [--narrow] [--modes eager,unfused,jit,graph]
+    python benchmarks/fuzz.py --programs --n 2000 [--narrow] [--modes eager,unfused,deferred,jit,graph]
 
 ``--programs`` runs random programs (tests/programs.py: stores through views, augmented
 assignments, element reads, reductions, GEMMs) eagerly, unfused, under ft.jit and

@@ -4,12 +4,14 @@
 
 Models: ``small`` (GPT-2's structure at width 128: 148 tensors, ~3.1M parameters) and ``gpt2``
 (GPT-2 small: 148 tensors, 124M). The step is three stores per parameter (m, v, p). Modes:
-fusetree eager, ``ft.jit``, ``ft.jit(graph=True)`` (the parameters, moments and gradients are passed
-as lists: a pytree), NumPy or CuPy with the same code, torch ``AdamW(foreach=True)`` and
-``AdamW(fused=True)`` (GPU). The step-dependent bias corrections are a small array the loop writes
-each step, so traced modes do not freeze them. Every mode runs ``--steps`` steps from the same
-state and is compared with a float64 NumPy reference, the caller's arrays included; time is wall
-time per step, device synchronized, median of repeats, warm-up excluded.
+fusetree eager, eager with deferred stores (``ft.options(defer_stores=True)``: m, v and p of a
+parameter in one kernel), ``ft.jit`` and ``ft.jit(graph=True)`` (both defer stores; the parameters,
+moments and gradients are passed as lists: a pytree), NumPy or CuPy with the same code, torch
+``AdamW(foreach=True)`` and ``AdamW(fused=True)`` (GPU). The step-dependent bias corrections are a
+small array the loop writes each step, so traced modes do not freeze them. Every mode runs
+``--steps`` steps from the same state and is compared with a float64 NumPy reference, the caller's
+arrays included; time is wall time per step, device synchronized, median of repeats, warm-up
+excluded.
 """
 
 from __future__ import annotations
@@ -152,6 +154,14 @@ def run(device: str, model: str, steps: int, repeats: int) -> list[dict]:
                     adamw(fP, fG, fM, fV, fc, ft)
                     ft.evaluate(*fP)
 
+            elif kind == "deferred":  # stores queued, m, v and p of a parameter in one kernel
+
+                def step(t):
+                    coef[...] = xp_dev.asarray(coefs(t).astype(np.float32))
+                    with ft.options(defer_stores=True):
+                        adamw(fP, fG, fM, fV, fc, ft)
+                    ft.synchronize()
+
             else:
                 jf = ft.jit(graph=kind == "graph")(lambda p, g, m, v, c: adamw(p, g, m, v, c, ft))
 
@@ -163,7 +173,7 @@ def run(device: str, model: str, steps: int, repeats: int) -> list[dict]:
 
         return make
 
-    for kind in ("eager", "jit", "graph"):
+    for kind in ("eager", "deferred", "jit", "graph"):
         record(f"fusetree-{kind}", fusetree_mode(kind))
 
     def peer():

@@ -16,6 +16,28 @@ from .schedule import graph, planner
 from .schedule.plan import GemmStep, KernelStep
 
 
+def synchronize() -> None:
+    """Write every deferred store (``ft.options(defer_stores=True)``) and wait for the devices.
+
+    >>> import numpy as np, fusetree as ft
+    >>> buf = np.zeros(3, np.float32)
+    >>> with ft.options(defer_stores=True):
+    ...     x = ft.asarray(buf)
+    ...     x[...] = x + 1          # queued: the array is its new value, the memory not yet written
+    ...     float(buf[0]), float(x[0])
+    ...     ft.synchronize()
+    ...     float(buf[0])
+    (0.0, 1.0)
+    1.0
+    """
+    engine.flush()
+    for device in backends.loaded():
+        be = backends.get(device)
+        sync = getattr(be, "synchronize", None)
+        if sync is not None:
+            sync()
+
+
 def evaluate(*arrays: Any) -> tuple[Array, ...]:
     """Realize several values in as few kernels as possible; returns them (now buffers).
 

@@ -38,6 +38,9 @@ class Options:
     # ``reduce_split`` elements are reduced in two stages of chunks that long (0: automatic)
     reduce_threads: int = 0
     reduce_split: int = 0
+    # queue whole-array stores of pending values and write them together at the next read or
+    # ft.synchronize() (always on inside ft.jit traces); see fusetree.engine.stores
+    defer_stores: bool = False
 
 
 def _from_env() -> Options:
@@ -50,6 +53,7 @@ def _from_env() -> Options:
         max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 1024)),
         reduce_threads=int(os.environ.get("FUSETREE_REDUCE_THREADS", 0)),
         reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),
+        defer_stores=_env_flag("FUSETREE_DEFER_STORES", False),
     )
 
 

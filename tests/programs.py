@@ -29,7 +29,7 @@ import numpy as np
 
 import fusetree as ft
 
-MODES = ("eager", "unfused", "jit", "graph")
+MODES = ("eager", "unfused", "deferred", "jit", "graph")
 UNARY = ("tanh", "sin", "sigmoid", "absolute", "negative", "exp_small")
 BINARY = ("add", "subtract", "multiply", "maximum", "minimum")
 AUG = {"add": operator.iadd, "subtract": operator.isub, "multiply": operator.imul}
@@ -469,9 +469,10 @@ def check_program(prog: Program, modes: tuple[str, ...] = MODES, device: str = "
                 if mode in ("jit", "graph"):
                     made = fn(*args)
                 else:
-                    with ft.options(fuse=mode != "unfused"):
+                    with ft.options(fuse=mode != "unfused", defer_stores=mode == "deferred"):
                         made = run_program(prog, ft, args)
                 made = tuple(_host(m) for m in made)  # before the next call overwrites graph buffers
+                ft.synchronize()  # deferred stores reach the buffers read below
             for k, (g, w) in enumerate(zip(bases_dev, ref_bases)):
                 _close(_host(g), w, prog.dtype, f"{what}: argument buffer {k}")
                 n += 1

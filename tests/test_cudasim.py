@@ -83,6 +83,15 @@ def semantics():
     i = ft.asarray(np.arange(4), device=D)
     i <<= 3
     assert i.numpy().tolist() == [0, 8, 16, 24]
+    with ft.options(defer_stores=True):  # deferred stores: m and p written by one kernel
+        p, m, g = (ft.asarray(a, device=D) for a in (np.ones(5, np.float32), np.zeros(5, np.float32), np.arange(5, dtype=np.float32)))
+        ft.reset_stats()
+        m[...] = 0.9 * m + g
+        p -= 0.1 * m
+        ft.synchronize()
+        assert ft.stats()["kernels"] == 1 and ft.stats()["flushes"] == 1, ft.stats()
+        np.testing.assert_allclose(p.numpy(), 1 - 0.1 * np.arange(5), rtol=1e-6)
+        np.testing.assert_allclose(m.numpy(), np.arange(5), rtol=1e-6)
     import programs
     for seed in range(6):
         checked += sum(programs.check_program(programs.random_program(seed, narrow=True), device=D).values())

@@ -375,6 +375,9 @@ class CUDABackend(Backend):
             self._handle = CuBLAS()
         return self._handle
 
+    def synchronize(self) -> None:
+        _current_stream().synchronize()
+
     def gemm(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         """``a @ b`` (into ``out``, adding to it when ``accumulate``) through cuBLAS's C API for
         2-D (or 1-D) float32/float64 operands in any row- or column-major layout (transposed views

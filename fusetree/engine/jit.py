@@ -30,7 +30,7 @@ from ..frontend.creation import asarray
 from ..ir.node import make_buffer, make_contiguous
 from . import pytree, replay
 from . import realization as _realize
-from .state import HOOK, LOCK, STATS
+from .state import HOOK, LOCK, STATS, STORES
 
 _lock = threading.RLock()
 
@@ -298,6 +298,8 @@ class JitFunction:
         else:
             static = ()
             dyn = (args, kwargs)
+        if STORES:  # the call reads memory: deferred stores are written first
+            HOOK.flush()
         leaves, tree = pytree.flatten(dyn)
         last = self._last
         if (
@@ -352,6 +354,8 @@ class JitFunction:
                 out = self.fn(*pos, **kw)
                 items, out_tree = pytree.flatten(out)
                 _realize.realize([x for x in items if isinstance(x, Array)])
+                if STORES:  # stores into arguments the function does not return
+                    HOOK.flush()
                 rec.trace.out_tree = out_tree
                 for x in items:
                     rec.trace.results.append(

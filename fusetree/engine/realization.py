@@ -33,7 +33,7 @@ from ..schedule import planner
 from ..schedule.plan import Plan
 from . import executor, kernels
 from .kernels import TICK
-from .state import LOCK, PENDING, STATS
+from .state import HOOK, LOCK, PENDING, STATS, STORES
 
 _ref = weakref.ref
 
@@ -116,6 +116,8 @@ def realize(arrays: Sequence[Any]) -> None:
     viewed array is realized first (as NumPy would have computed it), so writes to either are
     seen through the other.
     """
+    if STORES:  # a read: deferred stores are written first
+        HOOK.flush()
     if len(arrays) == 1:  # the common case: one value, not a view of a pending one, not a GEMM
         a = arrays[0]
         n = a._node
@@ -330,7 +332,8 @@ def find_extras(roots: Sequence[Node], shape: tuple, device: str, exclude: Seque
 
 
 def realize_node(n: Node) -> Any:
-    """The value of an IR node (no wrapper) as backend data."""
+    """The value of an IR node (no wrapper) as backend data. Deferred stores are not flushed: a
+    pending tree reads a queued store's target only as it was before the store (engine.stores)."""
     if n.op == "buffer":
         return n.data  # type: ignore[attr-defined]
     if n.op == "matmul":
@@ -340,7 +343,7 @@ def realize_node(n: Node) -> Any:
 
 
 def compute_gemm(n: Node) -> Any:
-    """Run a pending GEMM once (memoized on the node)."""
+    """Run a pending GEMM once (memoized on the node); no flush, as :func:`realize_node`."""
     with LOCK:
         return executor.compute_gemm(n, backends.get(n.device))
 
@@ -383,6 +386,8 @@ def assign(target: Any, device: str, vnode: Node, owner: Any,
     ``target``'s memory are computed first (so they see the old data); a value that reads
     ``target`` through a different view is staged through a temporary.
     """
+    if STORES:
+        HOOK.flush()
     with LOCK:
         ctx = context(device)
         be = ctx.be

@@ -19,7 +19,8 @@ def drop(r: weakref.ref) -> None:
 # counters of :func:`stats` (plain ints: incremented on the hot path)
 STATS: dict[str, int] = dict.fromkeys(
     ("compiles", "cache_hits", "plan_hits", "plans", "launches", "kernels", "gemms", "copies", "disk_hits",
-     "traces", "replays", "graph_launches", "graph_captures", "graph_node_updates"), 0)  # fmt: skip
+     "traces", "replays", "graph_launches", "graph_captures", "graph_node_updates", "stores", "flushes"),
+    0)  # fmt: skip
 _ZERO = dict(STATS)
 
 LOCK = threading.RLock()
@@ -29,6 +30,11 @@ class _Hook:
     """The trace being recorded by ``ft.jit`` (see engine.jit), else None."""
 
     recorder: Any = None
+    flush: Any = None  # engine.stores.flush: writes the queued deferred stores
+
+
+# deferred stores waiting for a flush (engine.stores)
+STORES: list = []
 
 
 HOOK = _Hook()
@@ -43,7 +49,8 @@ def stats() -> dict[str, int]:
     elementwise and reduction launches; ``gemms`` GEMM calls; ``copies`` copies (staging, stores
     of memory, graph inputs); ``traces``/``replays`` ft.jit traces and replays;
     ``graph_captures``/``graph_launches`` CUDA graphs captured and launched;
-    ``graph_node_updates`` kernel nodes re-pointed at new argument addresses (instead of copies).
+    ``graph_node_updates`` kernel nodes re-pointed at new argument addresses (instead of copies);
+    ``stores``/``flushes`` deferred stores queued and the flushes that wrote them.
 
     >>> import fusetree as ft
     >>> ft.reset_stats(); sorted(ft.stats())[:3]

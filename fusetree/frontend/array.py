@@ -19,6 +19,7 @@ import numpy as np
 from .. import backends, config, engine
 from ..errors import DeviceError, DTypeError, ShapeError, UnsupportedError
 from ..ir import dtypes
+from ..ir import node as _nm
 from ..ir.node import EXPAND, REDUCE, Buffer, Node, make_buffer, make_matmul, make_op, make_scalar
 from ..ir.ops import BINARY_OPERATORS, INPLACE_OPERATORS, OPS, RULES2, UNARY_OPERATORS, rule
 from .views import index_shape, resolve_shape, view_index, view_key, view_of
@@ -242,6 +243,12 @@ class Array:
     # -- in-place writes -------------------------------------------------------------------------
     def __setitem__(self, key: Any, value: Any) -> None:
         index_shape(key, self.shape)
+        if type(value) is Array and (key is Ellipsis or key == _ALL) and engine.deferring():
+            # a whole-array store of a pending value: queued, written at the next flush
+            vs = value._node.shape
+            if (vs == self.shape or broadcast_shape("assignment", [vs, self.shape], False) == self.shape) and \
+                    engine.defer(self, value, _prepare):  # fmt: skip
+                return
         engine.realize((self,))
         target = self._node.data[view_index(key)]  # type: ignore[attr-defined]
         owner = value if isinstance(value, Array) and value._node.op != "buffer" else None
@@ -264,7 +271,8 @@ class Array:
         result); a result dtype that cannot be cast to ``self.dtype`` with the same-kind rule
         raises DTypeError before anything is written.
         """
-        engine.realize((self,))  # first, so the value reads this array's memory as a buffer
+        if not (engine.deferring() and (self._node.op == "buffer" or engine.queued_store(self) is not None)):
+            engine.realize((self,))  # first, so the value reads this array's memory as a buffer
         value = matmul(self, other) if name == "matmul" else elementwise(name, self, other)
         if not np.can_cast(value.dtype, self.dtype, casting="same_kind"):
             raise DTypeError(
@@ -343,6 +351,7 @@ class _RefProbe:
         _RefProbe.count = sys.getrefcount(value)
 
 
+_ALL = slice(None)
 _RefProbe()[0] = object()
 _TEMPORARY_REFS = _RefProbe.count
 
@@ -373,6 +382,8 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
     if reflected:
 
         def method(self: Array, other: Any) -> Array:
+            if _nm.WATCH is not None:
+                _watch(self, other)
             t = type(other)
             if t is float or t is int:
                 return _build(name, (make_scalar(other), self._node))
@@ -383,6 +394,8 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
     else:
 
         def method(self: Array, other: Any) -> Array:
+            if _nm.WATCH is not None:
+                _watch(self, other)
             t = type(other)
             a = self._node
             if t is Array:
@@ -420,6 +433,8 @@ def _inplace_method(name: str) -> Callable[[Array, Any], Array]:
 
 def _unary(name: str) -> Callable[[Array], Array]:
     def method(self: Array) -> Array:
+        if _nm.WATCH is not None:
+            _watch(self)
         return _build(name, (self._node,))
 
     return method
@@ -479,7 +494,21 @@ def from_foreign(a: Any) -> Buffer:
 
 def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
     """Build the node for op ``name`` (see fusetree.ir.ops.OPS) over ``operands``."""
+    if _nm.WATCH is not None:
+        _watch(*operands)
     return _build(name, tuple([x._node if type(x) is Array else as_node(x) for x in operands]), attrs)
+
+
+def _watch(*operands: Any) -> None:
+    """Deferred stores are queued (engine.stores): an operand reading a queued store's target
+    memory flushes them first. Called *before* the operands' nodes are read: a flush turns the
+    pending operands that read a target into memory (their old nodes would read the new data)."""
+    nodes = [
+        x._node if type(x) is Array else from_foreign(x)
+        for x in operands
+        if type(x) is Array or (not isinstance(x, (*_WEAK, np.generic)) and backends.device_of(x) is not None)
+    ]
+    _nm.WATCH(tuple(nodes))
 
 
 _BCAST: dict[tuple, tuple] = {}

@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import config, engine
 from ..errors import ShapeError, UnsupportedError
+from ..ir import node as _nm
 from ..ir.node import Node, make_op
 from ..ir.ops import REDUCTIONS, reduce_dtypes
 from . import creation
@@ -64,6 +65,8 @@ def row_shapes(full: tuple[int, ...], axes: Sequence[int]) -> tuple[tuple[int, .
 def reduce(kind: str, x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Array:
     """Reduction ``kind`` (a row of :data:`fusetree.ops.REDUCTIONS`) of ``x`` over ``axis``."""
     a = asarray(x)
+    if _nm.WATCH is not None:  # deferred stores are queued: see frontend.array._watch
+        _nm.WATCH((a._node,))
     if dtype is not None:
         a = a.astype(dtype)
     index = REDUCTIONS[kind].index

@@ -326,6 +326,12 @@ def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None
     return tuple(leaves), tuple(maps)
 
 
+# Set by the engine while deferred stores are queued; the frontend calls it with a new op's operand
+# nodes (an operand reading a queued store's target memory flushes it first: engine.stores).
+# Internal rebuilds of existing trees (views pushed to leaves, planning) do not call it.
+WATCH: Any = None
+
+
 def make_op(op: str, args: tuple[Node, ...], dtype: np.dtype, shape: tuple[int, ...],
             device: str, attrs: tuple = ()) -> Node:  # fmt: skip
     """An op node over ``args`` (non-scalar children already have ``shape``, except below a

@@ -1,0 +1,247 @@
+"""Deferred stores: ``x[...] = value`` recorded now, written later, several per kernel.
+
+With deferral on (``ft.options(defer_stores=True)``, and always inside an ``ft.jit`` trace) a
+whole-array store of a pending elementwise value is *queued*: the array becomes its pending value
+(later expressions read it from registers, not memory) and the memory is written at the next
+*flush*. A flush writes every queued store: stores (and pending values that read their targets)
+of one shape that read each other's targets are computed by one kernel with several outputs, so
+an AdamW update of ``m``, ``v`` and ``p`` is one launch reading each array once.
+
+NumPy's semantics are kept exactly:
+
+- a value built before a store reads the old data (it is computed in the flush, before or in the
+  kernel that writes the target: a kernel loads every input of an element before storing it);
+- a value built after a store reads the new data: the stored-to array *is* the new value, and an
+  expression reading the target's memory another way (a view taken earlier, a second wrapper of
+  the same NumPy/CuPy memory) flushes first (``WATCH``, called when op nodes are made);
+- reading an array (``.numpy()``, ``float()``, ``.data``, a GEMM operand, ``ft.evaluate``), a
+  store that is not deferred, ``ft.synchronize()``, the end of a jit trace and ``MAX_QUEUED``
+  queued stores flush;
+- when reads and writes cannot be ordered inside kernels (a target read through another view, or
+  by a value of another shape), the flush computes every value first and copies them in after.
+
+Memory read directly (the NumPy/CuPy array a fusetree array wraps, held by the caller) sees a
+deferred store after a flush point, as a lazy value is seen after it is realized.
+"""
+
+from __future__ import annotations
+
+import bisect
+import sys
+import weakref
+from typing import Any
+
+from .. import config
+from ..errors import FusetreeError
+from ..ir import node as _node_mod
+from ..ir.node import EXPAND, REDUCE, Node, layout_class, span_of
+from . import executor
+from . import realization as _r
+from .state import HOOK, LOCK, PENDING, STATS, STORES
+
+MAX_QUEUED = 4096  # a flush when this many stores are queued
+
+
+class Store:
+    """A queued store: ``target`` (the whole memory of the array ``owner``) gets ``node``."""
+
+    __slots__ = ("device", "node", "owner", "span", "target", "tnode", "where")
+
+    def __init__(self, owner: Any, tnode: Any, node: Node, span: tuple[int, int], where: tuple) -> None:
+        self.owner = weakref.ref(owner)
+        self.tnode = tnode  # the owner's buffer node before the store (restored by the flush)
+        self.target = tnode.data
+        self.device = tnode.device
+        self.node = node
+        self.span = span
+        self.where = where  # (file, line) of the statement that queued it
+
+
+_OWNERS: dict[int, Store] = {}  # id(owner Array) -> its queued store
+_LOS: list[int] = []  # queued targets' spans, sorted by start (targets never overlap each other)
+_HIS: list[int] = []
+
+
+def deferring() -> bool:
+    return HOOK.recorder is not None or (config.current.defer_stores and config.current.fuse)
+
+
+def queued_store(arr: Any) -> Store | None:
+    s = _OWNERS.get(id(arr))
+    return s if s is not None and s.owner() is arr else None
+
+
+def _overlapping(lo: int, hi: int) -> bool:
+    i = bisect.bisect_left(_LOS, hi) - 1
+    return i >= 0 and _HIS[i] > lo
+
+
+def _watch(args: tuple) -> None:
+    """Called when an op node is made while stores are queued: an operand reading a queued
+    target's memory (a view taken before the store, another wrapper) flushes first, so the new
+    expression sees the stored data."""
+    for a in args:
+        if a.op == "buffer":
+            lo, hi = a.span  # type: ignore[attr-defined]
+            if _overlapping(lo, hi):
+                flush()
+                return
+
+
+def defer(arr: Any, value: Any, prepare: Any) -> bool:
+    """Queue ``arr[...] = value``; False when it is not deferrable (the caller stores now)."""
+    vnode = value._node
+    if vnode.op in ("buffer", "scalar", "matmul") or vnode.flags & (REDUCE | EXPAND):
+        return False
+    with LOCK:
+        rec = queued_store(arr)
+        n = arr._node if rec is None else rec.tnode
+        if n.op != "buffer" or (vnode.device or n.device) != n.device:
+            return False
+        if rec is None:
+            d = n.data
+            lo, hi = span_of(n.ptr, n.shape, tuple(d.strides), d.itemsize)
+            if _overlapping(lo, hi):  # another array over this memory has a queued store: the
+                return False  # caller flushes (a read) and stores now
+        pnode = prepare(vnode, n.shape, n.dtype)
+        if pnode.flags & (REDUCE | EXPAND):
+            return False
+        f = sys._getframe(2)
+        where = (f.f_code.co_filename, f.f_lineno)
+        if rec is not None:  # a second store to the array: its value already reads the first
+            rec.node = pnode
+            rec.where = where
+        else:
+            rec = Store(arr, n, pnode, (lo, hi), where)
+            STORES.append(rec)
+            _OWNERS[id(arr)] = rec
+            i = bisect.bisect_left(_LOS, lo)
+            _LOS.insert(i, lo)
+            _HIS.insert(i, hi)
+            _node_mod.WATCH = _watch
+        arr._node = pnode
+        STATS["stores"] += 1
+        if len(STORES) >= MAX_QUEUED:
+            flush()
+    return True
+
+
+def flush() -> None:
+    """Write every queued store (see the module docstring)."""
+    if not STORES:
+        return
+    with LOCK:
+        stores = list(STORES)
+        STORES.clear()
+        _OWNERS.clear()
+        _LOS.clear()
+        _HIS.clear()
+        _node_mod.WATCH = None
+        STATS["flushes"] += 1
+        try:
+            _flush(stores)
+        except FusetreeError as e:
+            lines = ", ".join(f"{f}:{ln}" for f, ln in sorted({s.where for s in stores}))[:500]
+            raise type(e)(f"{e} (while writing deferred stores queued at {lines})") from e
+
+
+def _flush(stores: list[Store]) -> None:
+    owners = {}
+    for s in stores:
+        o = s.owner()
+        if o is not None:
+            owners[id(o)] = o
+    spans = [s.span for s in stores]
+    readers = []
+    for r in list(PENDING.values()):
+        w = r()
+        if w is None or w._node.op == "buffer" or id(w) in owners:
+            continue
+        if any(_r.reads(w._node, sp) for sp in spans):
+            readers.append(w)
+    if readers:  # views of owners and readers become views of their memory (set_buffer), not copies
+        bases = set(owners) | {id(w) for w in readers}
+        readers = [w for w in readers if not (w._base is not None and id(w._base[0]()) in bases)]
+    groups = _plan_groups(stores, readers)
+    if groups is None:
+        _flush_staged(stores, readers)
+    else:
+        for (device, shape), comps in groups.items():
+            for comp in comps:
+                nodes = [e[0] for e in comp]
+                targets = [e[1] for e in comp]
+                layouts = ["C" if t is None else _layout(t) for t in targets]
+                outs = _r.run_group(nodes, [], device, shape, targets, layouts)
+                for (_, t, w), o in zip(comp, outs):
+                    if t is None:
+                        _r.set_buffer(w, o, device)
+    for s in stores:
+        o = s.owner()
+        if o is not None and o._node is s.node:
+            _r.set_buffer(o, s.target, s.device, s.tnode)
+
+
+def _layout(t: Any) -> str:
+    lay = layout_class(tuple(t.shape), tuple(t.strides), t.dtype.itemsize)
+    return "S" if lay == "R" else lay
+
+
+def _plan_groups(stores: list[Store], readers: list) -> dict | None:
+    """Kernels for the flush: {(device, shape): [[(node, target | None, reader | None)]]}, each
+    inner list one kernel (the entries that read each other's targets, merged). None when reads
+    and writes cannot be ordered inside kernels (then :func:`_flush_staged`)."""
+    entries: list[tuple[Node, Any, Any]] = [(s.node, s.target, None) for s in stores]
+    entries += [(w._node, None, w) for w in readers]
+    keys = [(e[0].device or "cpu", e[0].shape) for e in entries]
+    los = sorted(range(len(stores)), key=lambda i: stores[i].span[0])
+    starts = [stores[i].span[0] for i in los]
+    parent = list(range(len(entries)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    be_for: dict[str, Any] = {}
+    for k, (node, _, _) in enumerate(entries):
+        for x in node.leaves or (node,):
+            if x.op == "buffer":
+                lo, hi = x.span  # type: ignore[attr-defined]
+                j = bisect.bisect_left(starts, hi) - 1
+                if j < 0:
+                    continue
+                t = los[j]
+                if stores[t].span[1] <= lo:
+                    continue
+                # x reads store t's target: same kernel, the same view (element i reads what i writes)
+                if keys[t] != keys[k]:
+                    return None
+                dev = keys[k][0]
+                be = be_for.get(dev)
+                if be is None:
+                    be = be_for[dev] = _r.context(dev).be
+                if not be.same_view(x.data, stores[t].target):  # type: ignore[attr-defined]
+                    return None
+                parent[find(k)] = find(t)
+            elif x.op == "matmul" and x.memo is None:
+                for y in x.args:
+                    lo, hi = y.span  # type: ignore[attr-defined]
+                    j = bisect.bisect_left(starts, hi) - 1
+                    if j >= 0 and stores[los[j]].span[1] > lo:
+                        return None  # a pending GEMM reading a target: computed before any write
+    groups: dict[tuple, dict[int, list]] = {}
+    for k, e in enumerate(entries):
+        groups.setdefault(keys[k], {}).setdefault(find(k), []).append(e)
+    return {key: list(comps.values()) for key, comps in groups.items()}
+
+
+def _flush_staged(stores: list[Store], readers: list) -> None:
+    """Every value first (old memory), then the copies into the targets, in queue order."""
+    _r.realize(readers)
+    fresh = [_r.run_group([s.node], [], s.device or "cpu", s.node.shape)[0] for s in stores]
+    for s, f in zip(stores, fresh):
+        executor.copy(_r.context(s.device or "cpu").be, s.target, f)
+
+
+HOOK.flush = flush

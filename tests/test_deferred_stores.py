@@ -1,0 +1,153 @@
+"""Deferred stores (ft.options(defer_stores=True), always inside ft.jit): NumPy's results exactly,
+several stores per kernel."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import fusetree as ft
+
+
+@pytest.fixture(autouse=True)
+def deferred():
+    with ft.options(defer_stores=True):
+        yield
+        ft.synchronize()
+
+
+def f32(rng, *shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def adamw(ps, gs, ms, vs, xp, lr=1e-2, t=3):
+    for p, g, m, v in zip(ps, gs, ms, vs):
+        m[...] = 0.9 * m + 0.1 * g
+        v[...] = 0.999 * v + 0.001 * (g * g)
+        p -= lr * (m / (1 - 0.9**t)) / (xp.sqrt(v / (1 - 0.999**t)) + 1e-8) + 1e-4 * p
+
+
+def test_an_optimizer_step_is_one_kernel_per_parameter(rng):
+    shapes = [(7, 5), (5,), (3, 2, 4), (5,)]
+    P, G = [f32(rng, *s) for s in shapes], [f32(rng, *s) for s in shapes]
+    M, V = [np.zeros(s, np.float32) for s in shapes], [np.zeros(s, np.float32) for s in shapes]
+    refs = [[x.astype(np.float64) for x in xs] for xs in (P, G, M, V)]
+    fs = [[ft.asarray(x) for x in xs] for xs in (P, G, M, V)]
+    for _ in range(3):
+        ft.reset_stats()
+        adamw(*fs, ft)
+        assert ft.stats()["launches"] == 0 and ft.stats()["stores"] == 12
+        ft.synchronize()
+        s = ft.stats()
+        assert (s["flushes"], s["kernels"], s["launches"]) == (1, 4, 4), s
+        adamw(*refs, np)
+        for got, want in zip(P + M + V, refs[0] + refs[2] + refs[3]):  # the caller's NumPy buffers
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
+def test_values_built_before_a_store_see_the_old_data_after_it_the_new(rng):
+    buf = f32(rng, 6)
+    x = ft.asarray(buf)
+    before = x * 1  # pending, reads x's memory: computed with the old data
+    row = x[2:]  # a view taken before the store
+    x[...] = x + 10
+    after = x * 1  # built after: the new data
+    late = row * 1  # the earlier view read after the store: the new data (a flush)
+    assert ft.stats()["flushes"] >= 1
+    ref = np.asarray(buf, np.float64)
+    np.testing.assert_allclose(after.numpy(), ref, rtol=1e-6)
+    np.testing.assert_allclose(late.numpy(), ref[2:], rtol=1e-6)
+    np.testing.assert_allclose(before.numpy(), ref - 10, rtol=1e-5)
+
+
+def test_old_values_survive_and_reads_between_stores_flush(rng):
+    a = f32(rng, 5)
+    x = ft.asarray(a.copy())
+    old = x * 2
+    x[...] = x + 1
+    assert float(x[0]) == pytest.approx(a[0] + 1)  # a read between stores
+    x[...] = x * 3  # a second store to the same array reads the first
+    y = x - 1
+    x[...] = y * 0  # ... and a third
+    np.testing.assert_allclose(old.numpy(), a * 2, rtol=1e-6)
+    np.testing.assert_allclose(y.numpy(), (a + 1) * 3 - 1, rtol=1e-5)
+    np.testing.assert_array_equal(x.numpy(), np.zeros(5, np.float32))
+
+
+def test_overlapping_views_and_other_wrappers_of_the_same_memory(rng):
+    buf = np.arange(8.0)
+    x = ft.asarray(buf)
+    other = ft.asarray(buf)  # a second wrapper of the same memory
+    x[...] = x[::-1] + 1  # reads the target through another view: staged
+    y = other + 0  # reads the queued target through another array: flushed first
+    ref = np.arange(8.0)[::-1] + 1
+    np.testing.assert_array_equal(y.numpy(), ref)
+    x[...] = x * 2
+    other[...] = other + 1  # a store to memory with a queued store: written now, in order
+    x[1:] = x[:-1] + 0  # a partial (not deferred) store after a queued one
+    ref = ref * 2 + 1
+    ref[1:] = ref[:-1].copy()
+    ft.synchronize()
+    np.testing.assert_array_equal(buf, ref)
+
+
+def test_values_of_other_shapes_and_gemms_reading_targets(rng):
+    W, b, X = f32(rng, 3, 4), f32(rng, 4), f32(rng, 2, 3)
+    w, bb, xx = ft.asarray(W.copy()), ft.asarray(b.copy()), ft.asarray(X)
+    s = bb.sum()  # a reduction of the old b
+    bb[...] = bb * 0.5
+    w[...] = w - bb  # reads b's new value (a pending value of another shape)
+    out = xx @ w  # a GEMM operand: flushed first
+    wr = W - b * 0.5
+    np.testing.assert_allclose(out.numpy(), X.astype(np.float64) @ wr, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(float(s), b.astype(np.float64).sum(), rtol=1e-5)
+    np.testing.assert_allclose(bb.numpy(), b * 0.5, rtol=1e-6)
+
+
+def test_casts_broadcasts_and_integer_targets(rng):
+    i = ft.asarray(np.arange(6, dtype=np.int32).reshape(2, 3))
+    f = ft.asarray(np.full(3, 2.5))
+    i[...] = i * 2 + f.astype(np.int32)  # a (3,) value broadcast into (2, 3)
+    i += 1
+    ref = np.arange(6).reshape(2, 3) * 2 + 2 + 1
+    np.testing.assert_array_equal(i.numpy(), ref)
+    with pytest.raises(ft.DTypeError):
+        i += 1.5  # NumPy's same-kind rule: nothing written
+    np.testing.assert_array_equal(i.numpy(), ref)
+
+
+def test_an_error_at_flush_names_the_statement(rng):
+    x = ft.asarray(f32(rng, 4))
+    a, b = ft.asarray(f32(rng, 4)), ft.asarray(f32(rng, 4))
+    line = inspect.currentframe().f_lineno + 1
+    x[...] = a + b
+    with (
+        ft.options(max_kernel_params=1),
+        pytest.raises(ft.ShapeError, match=f"test_deferred_stores.py:{line}"),
+    ):
+        ft.synchronize()
+
+
+def test_under_jit_the_stores_of_a_parameter_share_a_kernel(rng):
+    shapes = [(9,), (4, 3), (9,)]
+    P, G = [f32(rng, *s) for s in shapes], [f32(rng, *s) for s in shapes]
+    M, V = [np.zeros(s, np.float32) for s in shapes], [np.zeros(s, np.float32) for s in shapes]
+    refs = [[x.astype(np.float64) for x in xs] for xs in (P, G, M, V)]
+    step = ft.jit(lambda p, g, m, v: adamw(p, g, m, v, ft))
+    fs = [[ft.asarray(x) for x in xs] for xs in (P, G, M, V)]
+    with ft.options(defer_stores=False):  # inside a trace stores are deferred regardless
+        for _ in range(3):
+            ft.reset_stats()
+            step(*fs)
+            adamw(*refs, np)
+        assert ft.stats()["replays"] == 1 and ft.stats()["launches"] == 3, ft.stats()
+    for got, want in zip(P + M + V, refs[0] + refs[2] + refs[3]):
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
+def test_off_by_default_stores_are_written_at_once(rng):
+    with ft.options(defer_stores=False):
+        buf = np.zeros(3)
+        x = ft.asarray(buf)
+        x[...] = x + 1
+        assert buf.tolist() == [1.0, 1.0, 1.0]
