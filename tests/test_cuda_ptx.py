@@ -77,3 +77,26 @@ def test_lstm_cell_ptx_is_one_kernel():
     e = ft.explain(h2, c2, target="cuda")
     assert len(e.kernels) == 1 and e.kernels[0].outputs == 2
     assert "__nv_expf" in e.kernels[0].ptx or "ex2.approx" in e.kernels[0].ptx
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_horizontal_kernel_compiles_to_ptx(dtype):
+    """The multi-tensor AdamW kernel (deferred stores of m, v, p; a 0-d coefficient read once per
+    chunk) for CUDA: base pointers, the chunk table, a block per row."""
+    from fusetree import backends, codegen
+    from fusetree.engine import horizontal
+
+    p, g, m, v = (ft.asarray(np.ones(8, dtype)) for _ in range(4))
+    c = ft.asarray(np.ones((), dtype))
+    m2 = 0.9 * m + 0.1 * g
+    v2 = 0.999 * v + 0.001 * (g * g)
+    p2 = p - c * m2 / (ft.sqrt(v2) + 1e-8)
+    nodes = [x._node for x in (m2, v2, p2)]
+    key = horizontal.key_of(nodes, [x.data for x in (m, v, p)], (8,), "cpu")
+    assert key is not None and "B" in key[3]
+    spec = horizontal._spec(nodes, key[3], "cuda", "cuda/test")
+    tgt, ptx_fn = backends.codegen_target("cuda")
+    src, params = codegen.render(spec, tgt)
+    assert "cuda.blockIdx.x" in src and params[-3:] == ["tab", "nrows", "ncols"]
+    ptx = ptx_fn(spec, src)[0]
+    assert _ptx_params(ptx) == len(params)

@@ -22,6 +22,9 @@ REGRESSIONS = {
     20196: "a reduction over one element returned a view of its input (a store changed the input)",
     20218: "a value made of scalars only was refused as a store's value",
     2411495: "a view of a pending reduction viewed a separate copy of its value",
+    7269: "deferred: a store to memory another queued store targets was queued with a stale value",
+    24102: "deferred: a value of scalars (no device) stored into a GPU array ran a CPU kernel",
+    24472: "deferred: a reduction reading a target in the same flush ran after the store's kernel",
 }
 
 

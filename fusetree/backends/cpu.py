@@ -344,6 +344,20 @@ class CPUBackend(Backend):
     def gemm(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         return store_product(np.matmul(a, b), out, accumulate)
 
+    # -- horizontal kernels (engine.horizontal) ------------------------------------------------
+    def raw_base(self, ptr: int, n: int, dtype: np.dtype, owner: Any) -> Any:
+        """A 1-D array of ``n`` elements at ``ptr`` spanning several tensors (kept alive by
+        ``owner``); the kernel only touches the tensors' own elements."""
+        st = storage(dtype)
+        return np.asarray(_Raw(owner, ptr, (n,), (st.itemsize,), st))
+
+    def table_arg(self, table: np.ndarray) -> tuple[Any, Any]:
+        t = np.ascontiguousarray(table).reshape(-1)
+        return t, t
+
+    def launch_table(self, launcher: Any, args: list, nrows: int, total: int) -> None:
+        launcher(total, args)
+
     def copy(self, dst: Any, src: Any) -> None:
         np.copyto(dst, src, casting="unsafe")
 

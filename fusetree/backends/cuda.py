@@ -378,6 +378,18 @@ class CUDABackend(Backend):
     def synchronize(self) -> None:
         _current_stream().synchronize()
 
+    # -- horizontal kernels (engine.horizontal) ------------------------------------------------
+    def raw_base(self, ptr: int, n: int, dtype: np.dtype, owner: Any) -> Any:
+        return ptr
+
+    def table_arg(self, table: np.ndarray) -> tuple[Any, Any]:
+        t = cp.asarray(np.ascontiguousarray(table))  # one host-to-device copy, kept with the table
+        return t.data.ptr, t
+
+    def launch_table(self, launcher: Any, args: list, nrows: int, total: int) -> None:
+        if nrows:
+            self._launch(launcher, args, nrows, min(launcher.block, 1024))
+
     def gemm(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         """``a @ b`` (into ``out``, adding to it when ``accumulate``) through cuBLAS's C API for
         2-D (or 1-D) float32/float64 operands in any row- or column-major layout (transposed views

@@ -8,7 +8,7 @@ The backends compile the source (numba ``njit`` on the CPU, ``numba.cuda.compile
 from __future__ import annotations
 
 from ..schedule.spec import KernelSpec
-from . import abi, elementwise, frame
+from . import abi, elementwise, frame, horizontal
 from .common import Target
 
 
@@ -16,6 +16,8 @@ def render(spec: KernelSpec, target: Target, unroll: int = 1) -> tuple[str, list
     """Source of ``spec`` for ``target`` and its parameter names (see :mod:`.abi`)."""
     if spec.frame is not None:
         return frame.render(spec, target)
+    if spec.horizontal:
+        return horizontal.render(spec, target)
     return elementwise.render(spec, target, unroll)
 
 

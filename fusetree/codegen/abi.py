@@ -8,7 +8,11 @@ pack into one buffer with one ``struct`` format. In order:
   allocation) and one element stride per axis ``in<i>_s<d>``;
 * per output ``out<k>``: the same;
 * sizes: ``n`` (a flat kernel) or ``n0 .. n<nd-1>``, then ``ntotal`` on CUDA targets;
-  a reduction kernel: ``n0 .. n<nd-1>, nrows, rowlen, nchunks, clen, tpr``.
+  a reduction kernel: ``n0 .. n<nd-1>, nrows, rowlen, nchunks, clen, tpr``;
+* a horizontal kernel (:mod:`fusetree.codegen.horizontal`): per array leaf and output a *base*
+  pointer (no strides), then the chunk table ``tab`` (int64, ``nrows`` rows of ``ncols``: the
+  chunk's length, then per array leaf and output an element offset from its base) and
+  ``nrows, ncols``.
 
 :func:`params` is what codegen writes in the ``def`` line, what the backends build numba
 signatures and parameter formats from, and what the engine's binder produces arguments for.
@@ -49,6 +53,12 @@ def _array(p: list[Param], name: str, dt: np.dtype, owner: tuple[str, int], stri
 def params(spec: KernelSpec, target: str) -> tuple[Param, ...]:
     """The parameters of ``spec``'s kernel on ``target``, in order."""
     p: list[Param] = []
+    if spec.horizontal:
+        for i, lf in enumerate(spec.leaves):
+            kind = "scalar" if lf.kind == "scalar" else "array"
+            p.append(Param(f"s{i}" if kind == "scalar" else f"in{i}", kind, lf.dtype, ("in", i)))
+        p.extend(Param(f"out{k}", "array", o.dtype, ("out", k)) for k, o in enumerate(spec.outs))
+        return (*p, Param("tab", "array", I64), Param("nrows", "size", I64), Param("ncols", "size", I64))
     frame = spec.frame is not None
     nd = spec.ndim if frame else (1 if spec.flat else max(spec.ndim, 1))
     for i, lf in enumerate(spec.leaves):

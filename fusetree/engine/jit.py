@@ -28,7 +28,7 @@ from ..errors import DeviceError, UnsupportedError
 from ..frontend.array import Array, wrap
 from ..frontend.creation import asarray
 from ..ir.node import make_buffer, make_contiguous
-from . import pytree, replay
+from . import horizontal, pytree, replay
 from . import realization as _realize
 from .state import HOOK, LOCK, STATS, STORES
 
@@ -79,6 +79,17 @@ class FrameKernel(NamedTuple):
     geometry: tuple
 
 
+class HKernel(NamedTuple):
+    """A horizontal kernel (engine.horizontal): per array slot, each tensor's memory."""
+
+    launcher: Any
+    spec: Any
+    sizes: tuple[int, ...]
+    slots: tuple[tuple[Desc, ...], ...]  # [slot][tensor]
+    scalars: tuple
+    last: list  # [addresses, launch arguments] of the last replay (a replay with the same reuses them)
+
+
 class Gemm(NamedTuple):
     operands: tuple[Desc, ...]  # (a, b) or (a, b, c, d): the second product accumulates
     out: int  # root
@@ -113,14 +124,17 @@ class Trace:
                 roots.update(o.desc.root for o in op.outputs if o.desc is not None)
             elif isinstance(op, Copy):
                 roots.add(op.target.root)
+            elif isinstance(op, HKernel):  # its last slots are the outputs
+                roots.update(d.root for slot in op.slots[len(op.slots) - len(op.spec.outs) :] for d in slot)
         return tuple(sorted(r for r in roots if r < self.n_inputs))
 
 
 class _Recorder:
     """Receives the executor's launches during a trace (``HOOK.recorder``)."""
 
-    def __init__(self, device: str, inputs: list[Any]) -> None:
+    def __init__(self, device: str, inputs: list[Any], horizontal: bool = True) -> None:
         self.be = backends.get(device)
+        self.horizontal = horizontal  # record horizontal kernels
         self.trace = Trace(device, len(inputs))
         self.spans: list[tuple[int, int, int, Any]] = []  # (lo, hi, root index, array)
         self.root_ptr: list[int] = []
@@ -178,6 +192,12 @@ class _Recorder:
         self.trace.ops.append(
             FrameKernel(launcher, self._args(described), self._outs(outs), tuple(omaps), tuple(geometry))
         )
+
+    def hkernel(
+        self, launcher: Any, spec: Any, sizes: tuple, slot_arrays: list[list[Any]], scalars: tuple
+    ) -> None:
+        slots = tuple(tuple(self.desc(a) for a in arrays) for arrays in slot_arrays)
+        self.trace.ops.append(HKernel(launcher, spec, sizes, slots, scalars, [None, None]))
 
     def gemm(self, be: Any, operands: list[Any], out: Any) -> None:
         descs = tuple(self.desc(x) for x in operands)
@@ -465,6 +485,13 @@ class JitFunction:
                 be.launch_frame(op.launcher, kargs, outs, list(op.omaps), op.geometry)
                 n_launch += 1
                 n_kernel += 1
+            elif isinstance(op, HKernel):
+                addrs = [[be.ptr(roots[d.root]) + d.offset for d in slot] for slot in op.slots]
+                last = op.last
+                if last[0] != addrs:
+                    last[1] = horizontal.table(be, op.spec, list(op.sizes), addrs, list(op.scalars), roots)
+                    last[0] = addrs
+                horizontal.launch(be, op.launcher, last[1], sum(op.sizes))  # counts its launch
             elif isinstance(op, Gemm):
                 ops = [_as_array(be, roots, d) for d in op.operands]
                 out = be.gemm(ops[0], ops[1], out=roots[op.out] if fixed is not None else None)
@@ -555,6 +582,9 @@ class _Graph:
             for node, launch in self.users.get(k, ()):
                 todo[node] = launch
         for node, launch in todo.items():
+            if isinstance(launch, HKernel):
+                self.exec.set_kernel(node, *_hkernel_params(be, launch, self.roots))
+                continue
             ptrs = [be.ptr(self.roots[p.root]) + p.offset for p in launch.patches]
             be.patch_params(launch.params, launch.patches, ptrs, launch.last)
             launch.last = ptrs
@@ -659,6 +689,13 @@ def _build_graph(self: JitFunction, trace: Trace, args: tuple, be: Any) -> _Grap
                 if r < n_in and inputs[r] is None:
                     users.setdefault(r, []).append((node, launch))
             continue
+        if isinstance(op, HKernel):  # a kernel node over its chunk table (rebuilt when re-pointed)
+            func, grid, block, params = _hkernel_params(be, op, roots)
+            node = builder.kernel(func, grid, block, params)
+            for r in {d.root for slot in op.slots for d in slot}:
+                if r < n_in and inputs[r] is None:
+                    users.setdefault(r, []).append((node, op))
+            continue
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:
             stream.begin_capture()
@@ -684,6 +721,20 @@ def _build_graph(self: JitFunction, trace: Trace, args: tuple, be: Any) -> _Grap
         ex.launch(cp.cuda.get_current_stream().ptr)
 
     return _Graph(inputs, roots, results, launch_graph, written, ex, addresses, users)
+
+
+def _hkernel_params(be: Any, op: HKernel, roots: list[Any]) -> tuple[int, int, int, int]:
+    """(function, grid, block, parameter pointers) of a horizontal kernel over ``roots``' memory;
+    its chunk table and parameter buffer are kept in ``op.last``."""
+    addrs = [[be.ptr(roots[d.root]) + d.offset for d in slot] for slot in op.slots]
+    last = op.last
+    if last[0] != addrs:
+        last[1] = horizontal.table(be, op.spec, list(op.sizes), addrs, list(op.scalars), roots)
+        last[0] = addrs
+    k = op.launcher
+    params = be.param_buffer(k, list(last[1][0]))
+    last[2:] = [params]  # kept with the trace (the node copied the values)
+    return k.func, max(1, last[1][1]), min(k.block, 1024), params[2]
 
 
 def _prepare(trace: Trace, be: Any) -> list:

@@ -19,7 +19,8 @@ def drop(r: weakref.ref) -> None:
 # counters of :func:`stats` (plain ints: incremented on the hot path)
 STATS: dict[str, int] = dict.fromkeys(
     ("compiles", "cache_hits", "plan_hits", "plans", "launches", "kernels", "gemms", "copies", "disk_hits",
-     "traces", "replays", "graph_launches", "graph_captures", "graph_node_updates", "stores", "flushes"),
+     "traces", "replays", "graph_launches", "graph_captures", "graph_node_updates", "stores", "flushes",
+     "horizontal"),
     0)  # fmt: skip
 _ZERO = dict(STATS)
 
@@ -50,7 +51,8 @@ def stats() -> dict[str, int]:
     of memory, graph inputs); ``traces``/``replays`` ft.jit traces and replays;
     ``graph_captures``/``graph_launches`` CUDA graphs captured and launched;
     ``graph_node_updates`` kernel nodes re-pointed at new argument addresses (instead of copies);
-    ``stores``/``flushes`` deferred stores queued and the flushes that wrote them.
+    ``stores``/``flushes`` deferred stores queued and the flushes that wrote them;
+    ``horizontal`` horizontal launches (one kernel over many same-structure tensors).
 
     >>> import fusetree as ft
     >>> ft.reset_stats(); sorted(ft.stats())[:3]

@@ -35,7 +35,7 @@ from .. import config
 from ..errors import FusetreeError
 from ..ir import node as _node_mod
 from ..ir.node import EXPAND, REDUCE, Node, layout_class, span_of
-from . import executor
+from . import executor, horizontal
 from . import realization as _r
 from .state import HOOK, LOCK, PENDING, STATS, STORES
 
@@ -166,15 +166,36 @@ def _flush(stores: list[Store]) -> None:
     if groups is None:
         _flush_staged(stores, readers)
     else:
+        plain: list[tuple[str, tuple, list]] = []
+        hgroups: dict[tuple, list] = {}
+        many = len(groups) > 1 or any(len(c) > 1 for c in groups.values())
         for (device, shape), comps in groups.items():
             for comp in comps:
-                nodes = [e[0] for e in comp]
-                targets = [e[1] for e in comp]
-                layouts = ["C" if t is None else _layout(t) for t in targets]
-                outs = _r.run_group(nodes, [], device, shape, targets, layouts)
-                for (_, t, w), o in zip(comp, outs):
-                    if t is None:
-                        _r.set_buffer(w, o, device)
+                hk = None
+                if many and (HOOK.recorder is None or HOOK.recorder.horizontal):
+                    hk = horizontal.key_of([e[0] for e in comp], [e[1] for e in comp], shape, device)
+                if hk is None:
+                    plain.append((device, shape, comp))
+                else:
+                    hgroups.setdefault(hk, []).append((shape, comp))
+        for hk, members in hgroups.items():
+            device = hk[0]
+            ctx = _r.context(device)
+            if len(members) > 1 and hasattr(ctx.be, "launch_table"):
+                try:
+                    horizontal.run(ctx.be, ctx.tag, ctx.target.name, hk, [c for _, c in members])
+                    continue
+                except ValueError:  # misaligned memory: one kernel per component
+                    pass
+            plain.extend((device, shape, comp) for shape, comp in members)
+        for device, shape, comp in plain:
+            nodes = [e[0] for e in comp]
+            targets = [e[1] for e in comp]
+            layouts = ["C" if t is None else _layout(t) for t in targets]
+            outs = _r.run_group(nodes, [], device, shape, targets, layouts)
+            for (_, t, w), o in zip(comp, outs):
+                if t is None:
+                    _r.set_buffer(w, o, device)
     for s in stores:
         o = s.owner()
         if o is not None and o._node is s.node:
@@ -192,7 +213,8 @@ def _plan_groups(stores: list[Store], readers: list) -> dict | None:
     and writes cannot be ordered inside kernels (then :func:`_flush_staged`)."""
     entries: list[tuple[Node, Any, Any]] = [(s.node, s.target, None) for s in stores]
     entries += [(w._node, None, w) for w in readers]
-    keys = [(e[0].device or "cpu", e[0].shape) for e in entries]
+    keys = [(s.device or "cpu", s.node.shape) for s in stores]  # a value of scalars has no device
+    keys += [(w._node.device or "cpu", w._node.shape) for w in readers]
     los = sorted(range(len(stores)), key=lambda i: stores[i].span[0])
     starts = [stores[i].span[0] for i in los]
     parent = list(range(len(entries)))
@@ -214,8 +236,9 @@ def _plan_groups(stores: list[Store], readers: list) -> dict | None:
                 t = los[j]
                 if stores[t].span[1] <= lo:
                     continue
-                # x reads store t's target: same kernel, the same view (element i reads what i writes)
-                if keys[t] != keys[k]:
+                # x reads store t's target: same kernel, the same view (element i reads what i writes).
+                # A reduction is planned as kernels of its own (one would write before another reads)
+                if keys[t] != keys[k] or (node.flags | stores[t].node.flags) & (REDUCE | EXPAND):
                     return None
                 dev = keys[k][0]
                 be = be_for.get(dev)

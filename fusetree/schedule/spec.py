@@ -53,14 +53,17 @@ class KernelSpec:
     # a reduction kernel (see codegen.frame): (reduced axes, partial); leaves' and outputs'
     # layouts are then their level, "full" or "row" ("acc" for a partial kernel's accumulator)
     frame: tuple | None = None
+    # a horizontal kernel (codegen.horizontal): one launch over a table of chunks of many
+    # same-structure tensors; leaves' layouts are "C" (the chunk's elements) or "B" (one element)
+    horizontal: bool = False
 
     @property
     def flat(self) -> bool:
         """All arrays C-contiguous: the kernel runs over one flat index."""
-        if self.frame is not None:
+        if self.frame is not None or self.horizontal:
             return False
         return all(lf.layout in ("C", "") for lf in self.leaves) and all(o.layout == "C" for o in self.outs)
 
     def strided(self, layout: str) -> bool:
         """Whether an array of ``layout`` is passed with its strides (else one flat pointer)."""
-        return self.frame is not None or not (self.flat or layout == "C")
+        return not self.horizontal and (self.frame is not None or not (self.flat or layout == "C"))
