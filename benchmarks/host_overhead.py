@@ -162,7 +162,8 @@ def run(device: str, quick: bool) -> list[dict]:
 
     def ten_stores(a, b, o):
         for _ in range(10):
-            o[...] = o * a + b  # one kernel each, written into an argument: nothing allocated
+            o[...] = o * a + b  # written into an argument: nothing allocated
+            ft.evaluate(o)  # a flush: one kernel each (deferred stores would chain all ten into one)
         return ()
 
     j10 = ft.jit(ten_stores)

@@ -250,6 +250,14 @@ def random_program(seed: int, n_stmts: int | None = None, narrow: bool = False) 
             g.shapes[k] = g.shape_of(e)
         else:
             prog.stmts.append(("evaluate", [a for a in g.arrays if a >= len(inputs)][-3:]))
+    # a sweep: the same update stored into every argument (the stores of an optimizer loop: deferred
+    # and horizontally fused where they can be). Drawn from its own generator, so the statements
+    # above are those of earlier versions of this function for the same seed.
+    extra = np.random.default_rng(seed + 7_777_777)
+    if extra.random() < 0.35:
+        at = int(extra.integers(0, len(prog.stmts) + 1))
+        c, s = (float(np.round(extra.uniform(-1.5, 1.5), 2)) for _ in range(2))
+        prog.stmts.insert(at, ("sweep", tuple(range(len(inputs))), c, s))
     return prog
 
 
@@ -311,6 +319,11 @@ def run_program(prog: Program, xp: Any, args: list[Any]) -> tuple:
             env[st[1]] = _eval(st[2], env, xp)
         elif kind == "evaluate":
             xp.evaluate(*[env[k] for k in st[1]])
+        elif kind == "sweep":
+            _, ks, c, s = st
+            for k in ks:
+                t = env[k]
+                t[...] = xp.tanh(t * c) + s
     return tuple(env[k] for k in made)
 
 
@@ -377,6 +390,9 @@ def describe(prog: Program) -> str:
             new = f"{names[st[1]]}'"
             lines.append(f"{new} = {ex(st[2])}")
             names[st[1]] = new
+        elif kind == "sweep":
+            lines.append(f"for t in ({', '.join(names[k] for k in st[1])},):")
+            lines.append(f"    t[...] = tanh(t * {st[2]!r}) + {st[3]!r}")
         else:
             lines.append(f"ft.evaluate({', '.join(names[k] for k in st[1])})")
     return "\n".join(lines)

@@ -13,7 +13,7 @@ def test_lstm_benchmark_quick_cpu(tmp_path):
     out = tmp_path / "lstm.json"
     plot = importlib.util.find_spec("matplotlib") is not None  # the [bench] extra; not in [test]
     cmd = [sys.executable, "benchmarks/lstm.py", "--device", "cpu", "--quick", "--steps", "2", "--repeats", "1",
-           "--json", str(out)] + (["--plot", str(tmp_path / "lstm.png")] if plot else [])  # fmt: skip
+           "--json", str(out), "--out", str(tmp_path / "results")] + (["--plot", str(tmp_path / "lstm.png")] if plot else [])  # fmt: skip
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "| config | section | mode |" in r.stdout
@@ -24,5 +24,6 @@ def test_lstm_benchmark_quick_cpu(tmp_path):
         assert x["rel_err"] <= 1e-5, x
         if x["mode"] == "fusetree" and x["section"] == "step":
             assert x["launches_per_step"] == 3
+    assert (tmp_path / "results" / "lstm_cpu.md").read_text().count("| fusetree") >= 2  # written by default
     if plot:
         assert (tmp_path / "lstm.png").stat().st_size > 1000
