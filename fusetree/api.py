@@ -10,6 +10,7 @@ import networkx as nx
 from . import backends, codegen, config, engine
 from .codegen import abi
 from .engine.realization import find_extras
+from .engine.stores import describe as stores_describe
 from .frontend import Array, asarray
 from .ir.node import merge_leaves
 from .schedule import graph, planner
@@ -76,9 +77,11 @@ class Explanation:
     gemms: list[str] = field(default_factory=list)
     plans: list[str] = field(default_factory=list)
     graph: nx.DiGraph | None = None
+    stores: list[str] = field(default_factory=list)  # the queued deferred stores' next flush
 
     def __str__(self) -> str:
         out = [f"{len(self.gemms)} GEMM(s), {len(self.kernels)} fused kernel(s)"]
+        out += self.stores
         out += self.plans
         out += [f"GEMM {g}" for g in self.gemms]
         for k in self.kernels:
@@ -99,6 +102,7 @@ def _gemm_text(leaf: Any) -> str:
 def explain(*arrays: Any, target: str | None = None) -> Explanation:
     """Describe what realizing ``arrays`` would launch - the plans the engine would run, their
     GEMMs and kernels with generated source (and PTX for ``target="cuda"``) - without running.
+    ``stores`` describes how queued deferred stores would be written (kernels, horizontal launches).
 
     >>> import numpy as np, fusetree as ft
     >>> x = ft.asarray(np.ones((2, 3), np.float32))
@@ -108,6 +112,7 @@ def explain(*arrays: Any, target: str | None = None) -> Explanation:
     """
     arrs = [a for a in arrays if isinstance(a, Array) and a._node.op != "buffer"]
     ex = Explanation()
+    ex.stores = stores_describe()
     for a in arrs:
         if a._node.op == "matmul" and a._node.memo is None:
             ex.gemms.append(_gemm_text(a._node))

@@ -200,3 +200,17 @@ def test_misaligned_tensors_fall_back_to_one_kernel_each(rng):
     ft.synchronize()
     assert ft.stats()["horizontal"] == 0 and ft.stats()["launches"] == 2
     assert a.tolist() == [1.0] * 10 and b.tolist() == [2.0] * 10
+
+
+def test_explain_shows_the_flush_groups(rng):
+    xs = [ft.asarray(f32(rng, n)) for n in (3, 4, 5)]
+    w = ft.asarray(f32(rng, 2, 3))
+    for x in xs:
+        x[...] = x * 2 + 1
+    w -= 0.5 * w
+    line = inspect.currentframe().f_lineno - 1
+    text = str(ft.explain())
+    assert "4 deferred store(s)" in text and "horizontal launch: 3 tensors [(3,), (4,), (5,)]" in text
+    assert f"test_deferred_stores.py:{line}" in text  # the statement, not fusetree's frames
+    ft.synchronize()
+    assert ft.explain().stores == []

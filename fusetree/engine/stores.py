@@ -27,6 +27,7 @@ deferred store after a flush point, as a lazy value is seen after it is realized
 from __future__ import annotations
 
 import bisect
+import os
 import sys
 import weakref
 from typing import Any
@@ -40,6 +41,7 @@ from . import realization as _r
 from .state import HOOK, LOCK, PENDING, STATS, STORES
 
 MAX_QUEUED = 4096  # a flush when this many stores are queued
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Store:
@@ -106,8 +108,10 @@ def defer(arr: Any, value: Any, prepare: Any) -> bool:
         pnode = prepare(vnode, n.shape, n.dtype)
         if pnode.flags & (REDUCE | EXPAND):
             return False
-        f = sys._getframe(2)
-        where = (f.f_code.co_filename, f.f_lineno)
+        f: Any = sys._getframe(2)
+        while f is not None and f.f_code.co_filename.startswith(_PACKAGE):  # the user's statement
+            f = f.f_back
+        where = (f.f_code.co_filename, f.f_lineno) if f is not None else ("?", 0)
         if rec is not None:  # a second store to the array: its value already reads the first
             rec.node = pnode
             rec.where = where
@@ -145,12 +149,43 @@ def flush() -> None:
             raise type(e)(f"{e} (while writing deferred stores queued at {lines})") from e
 
 
-def _flush(stores: list[Store]) -> None:
-    owners = {}
-    for s in stores:
-        o = s.owner()
-        if o is not None:
-            owners[id(o)] = o
+def describe() -> list[str]:
+    """How the next flush would write the queued stores (for :func:`fusetree.explain`): one line per
+    launch, nothing run."""
+    if not STORES:
+        return []
+    with LOCK:
+        stores = list(STORES)
+        readers = _readers(stores, {id(o): o for o in (s.owner() for s in stores) if o is not None})
+        groups = _plan_groups(stores, readers)
+    where = {id(s.target): f"{os.path.basename(s.where[0])}:{s.where[1]}" for s in stores}
+    if groups is None:
+        return [f"{len(stores)} deferred store(s), staged: every value computed first, then copied "
+                f"(a target is read through another view or by a value of another shape)"]  # fmt: skip
+    lines = [f"{len(stores)} deferred store(s), {len(readers)} pending value(s) reading their targets:"]
+    hgroups: dict[tuple, list] = {}
+    for (device, shape), comps in groups.items():
+        for comp in comps:
+            hk = horizontal.key_of([e[0] for e in comp], [e[1] for e in comp], shape, device)
+            hgroups.setdefault(hk if hk is not None else ("plain", id(comp)), []).append((shape, comp))
+    for hk, members in hgroups.items():
+        n_out = len(members[0][1])
+        at = sorted({where[id(e[1])] for _, comp in members for e in comp if e[1] is not None})
+        src = f" (queued at {', '.join(at[:4])}{', ...' if len(at) > 4 else ''})" if at else ""
+        if hk[0] != "plain" and len(members) > 1:
+            shapes = ", ".join(str(s) for s, _ in members[:6]) + (", ..." if len(members) > 6 else "")
+            lines.append(
+                f"  horizontal launch: {len(members)} tensors [{shapes}], {n_out} output(s) each{src}"
+            )
+        else:
+            for shape, comp in members:
+                dts = sorted({str(e[0].dtype) for e in comp})
+                lines.append(f"  kernel: {n_out} output(s) of shape {shape} {'/'.join(dts)}{src}")
+    return lines
+
+
+def _readers(stores: list[Store], owners: dict[int, Any]) -> list:
+    """Live pending arrays reading a queued target (not the owners, not views of owners/readers)."""
     spans = [s.span for s in stores]
     readers = []
     for r in list(PENDING.values()):
@@ -162,6 +197,16 @@ def _flush(stores: list[Store]) -> None:
     if readers:  # views of owners and readers become views of their memory (set_buffer), not copies
         bases = set(owners) | {id(w) for w in readers}
         readers = [w for w in readers if not (w._base is not None and id(w._base[0]()) in bases)]
+    return readers
+
+
+def _flush(stores: list[Store]) -> None:
+    owners = {}
+    for s in stores:
+        o = s.owner()
+        if o is not None:
+            owners[id(o)] = o
+    readers = _readers(stores, owners)
     groups = _plan_groups(stores, readers)
     if groups is None:
         _flush_staged(stores, readers)
