@@ -29,8 +29,6 @@ from .errors import (
 )
 from .frontend import (
     Array,
-    asarray,
-    astype,
     clip,
     empty,
     empty_like,
@@ -44,7 +42,16 @@ from .frontend import (
     zeros,
     zeros_like,
 )
+from .frontend import namespace as _ns
 from .frontend.functions import FUNCTIONS as _FUNCTIONS
+from .frontend.namespace import (  # noqa: F401 (the namespace's names)
+    __array_namespace_info__,
+    argsort,
+    asarray,
+    astype,
+    reshape,
+    sort,
+)
 from .frontend.reductions import FUNCTIONS as _REDUCTIONS
 from .ir import ops as _ops
 
@@ -55,6 +62,33 @@ globals().update(_REDUCTIONS)
 divide = _FUNCTIONS["true_divide"]
 abs = _FUNCTIONS["absolute"]  # noqa: A001
 ndarray = Array
+
+# the Array API standard's names (fusetree.frontend.namespace)
+globals().update(_ns.DTYPES)
+globals().update({k: v for k, v in _ns.BOUNDARIES.items() if not k.startswith("_")})
+globals().update({k: _FUNCTIONS[v] for k, v in _ns.ALIASES.items()})
+__array_api_version__ = _ns.__array_api_version__
+e, pi, inf, nan, newaxis = _ns.e, _ns.pi, _ns.inf, _ns.nan, _ns.newaxis
+finfo, iinfo, isdtype, result_type, can_cast = (
+    _ns.finfo,
+    _ns.iinfo,
+    _ns.isdtype,
+    _ns.result_type,
+    _ns.can_cast,
+)
+for _name in (
+    "positive",
+    "logical_xor",
+    "signbit",
+    "copysign",
+    "hypot",
+    "conj",
+    "real",
+    "imag",
+    "linalg",
+    "fft",
+):
+    globals()[_name] = getattr(_ns, _name)
 
 OP_NAMES = tuple(sorted(_ops.OPS))
 FUNCTIONS_BY_NAME = dict(_FUNCTIONS, where=where)

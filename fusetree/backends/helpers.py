@@ -82,7 +82,7 @@ def fmin(a, b):  # type: ignore[no-untyped-def]
 
 
 def sign(x):  # type: ignore[no-untyped-def]
-    return 1 if x > 0 else (-1 if x < 0 else x)
+    return 1 if x > 0 else (-1 if x < 0 else x - x)  # x - x: +0 for -0 (NumPy), NaN for NaN
 
 
 def ireciprocal(x):  # type: ignore[no-untyped-def]

@@ -375,6 +375,21 @@ def reads(n: Node, span: tuple[int, int]) -> bool:
     return False
 
 
+def write_barrier(be: Any, target: Any, owner: Any = None) -> tuple[int, int]:
+    """Realize the pending values that read ``target``'s memory (they must see it before a write);
+    returns the target's byte span."""
+    tspan = span_of(be.ptr(target), tuple(target.shape), tuple(target.strides), target.dtype.itemsize)
+    readers = []
+    for r in list(PENDING.values()):
+        w = r()
+        if w is None or w is owner or w._node.op == "buffer":
+            continue
+        if reads(w._node, tspan):
+            readers.append(w)
+    realize(readers)
+    return tspan
+
+
 def assign(target: Any, device: str, vnode: Node, owner: Any,
            prepare: Callable[[Node, tuple[int, ...], Any], Node], held: bool = True) -> None:  # fmt: skip
     """``target[...] = value`` where ``target`` is a backend array view (NumPy semantics).
@@ -394,15 +409,7 @@ def assign(target: Any, device: str, vnode: Node, owner: Any,
         if vnode.op != "scalar" and vnode.device and vnode.device != device:
             raise DeviceError(f"assignment: value is on {vnode.device!r}, target on {device!r}")
         tshape = tuple(target.shape)
-        tspan = span_of(be.ptr(target), tshape, tuple(target.strides), target.dtype.itemsize)
-        readers = []
-        for r in list(PENDING.values()):
-            w = r()
-            if w is None or w is owner or w._node.op == "buffer":
-                continue
-            if reads(w._node, tspan):
-                readers.append(w)
-        realize(readers)  # write barrier
+        tspan = write_barrier(be, target, owner)
         if not held:
             owner = None
         if vnode.op == "scalar":

@@ -9,6 +9,7 @@ every leaf is a zero-copy strided view; a kernel reads its inputs through stride
 from __future__ import annotations
 
 import builtins
+import operator
 import sys
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -137,6 +138,9 @@ class Array:
     def __bool__(self) -> bool:
         return bool(self.numpy())
 
+    def __complex__(self) -> complex:
+        return complex(float(self))
+
     def __index__(self) -> int:
         return self.numpy().__index__()
 
@@ -152,8 +156,11 @@ class Array:
             raise AttributeError("__cuda_array_interface__ is only defined for device='cuda'")
         return self.data.__cuda_array_interface__
 
-    def __dlpack__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.data.__dlpack__(*args, **kwargs)
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: bool | None = None) -> Any:  # fmt: skip
+        kw = {k: v for k, v in (("stream", stream), ("max_version", max_version), ("dl_device", dl_device),
+                                ("copy", copy)) if v is not None}  # fmt: skip
+        return self.data.__dlpack__(**kw)
 
     def __dlpack_device__(self) -> Any:
         return self.data.__dlpack_device__()
@@ -166,6 +173,44 @@ class Array:
         arrays = [np.asarray(x) if isinstance(x, Array) else x for x in inputs]
         return getattr(ufunc, method)(*arrays, **kwargs)
 
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        """NumPy functions on fusetree arrays run fusetree's function of the same name (lazy where
+        it can be: ``np.sum(a)``, ``np.where(c, a, b)``, ``np.concatenate([a, b])``); others raise
+        UnsupportedError naming the function instead of converting silently."""
+        import fusetree
+
+        name = func.__name__
+        fn = getattr(fusetree, name, None) if not name.startswith("_") else None
+        if fn is None or not callable(fn):
+            raise UnsupportedError(
+                f"numpy.{name} is not supported on fusetree arrays (fusetree has no {name}); "
+                "convert explicitly with np.asarray(x) or x.numpy()"
+            )
+        return fn(*args, **kwargs)
+
+    def __array_namespace__(self, api_version: str | None = None) -> Any:
+        """The Array API namespace of fusetree arrays: the ``fusetree`` module."""
+        import fusetree
+
+        if api_version not in (None, "2023.12", "2022.12", "2021.12"):
+            raise ValueError(f"fusetree implements the Array API 2023.12, not {api_version!r}")
+        return fusetree
+
+    def to_device(self, device: str, /, *, stream: Any = None) -> Array:
+        """This array on ``device`` (a copy when it differs)."""
+        if device == self.device:
+            return self
+        return wrap(make_buffer(backends.get(device).asarray(self.numpy()), device))
+
+    @property
+    def mT(self) -> Array:
+        """The transpose of the last two axes."""
+        if self.ndim < 2:
+            raise ShapeError(f"mT needs at least 2 dimensions, got shape {self.shape}")
+        axes = list(range(self.ndim))
+        axes[-2], axes[-1] = axes[-1], axes[-2]
+        return self.transpose(axes)
+
     # -- views -----------------------------------------------------------------------------
     def _boundary(self) -> None:
         """A view cannot be pushed below a GEMM or a reduction at this value's root: give this
@@ -175,6 +220,11 @@ class Array:
             engine.realize((self,))
 
     def __getitem__(self, key: Any) -> Array:
+        key = _int_slices(key)
+        if _advanced(key):  # integer-array or boolean-mask indexing: a fusion boundary (a copy)
+            engine.realize((self,))
+            be = backends.get(self.device)
+            return wrap(make_buffer(be.xp.asarray(self._node.data[_backend_key(key, be)]), self.device))  # type: ignore[attr-defined]
         self._boundary()
         shape = index_shape(key, self._node.shape)
         vkey = view_index(key)
@@ -242,6 +292,15 @@ class Array:
 
     # -- in-place writes -------------------------------------------------------------------------
     def __setitem__(self, key: Any, value: Any) -> None:
+        key = _int_slices(key)
+        if _advanced(key):  # integer-array or boolean-mask stores: written by the backend
+            engine.realize((self,))
+            be = backends.get(self.device)
+            data = self._node.data  # type: ignore[attr-defined]
+            v = value.data if isinstance(value, Array) else value
+            engine.write_barrier(be, data)
+            data[_backend_key(key, be)] = v
+            return
         index_shape(key, self.shape)
         if type(value) is Array and (key is Ellipsis or key == _ALL) and engine.deferring():
             # a whole-array store of a pending value: queued, written at the next flush
@@ -352,6 +411,51 @@ class _RefProbe:
 
 
 _ALL = slice(None)
+
+
+_INT_OR_NONE = (int, type(None))
+
+
+def _int_slices(key: Any) -> Any:
+    """``key`` with slice bounds given as integer arrays or NumPy integers made Python ints."""
+    t = type(key)
+    if t is slice:
+        if (
+            type(key.start) in _INT_OR_NONE
+            and type(key.stop) in _INT_OR_NONE
+            and type(key.step) in _INT_OR_NONE
+        ):
+            return key
+        return slice(*[None if b is None else operator.index(b) for b in (key.start, key.stop, key.step)])
+    if t is tuple and any(type(k) is slice for k in key):
+        return tuple(_int_slices(k) if type(k) is slice else k for k in key)
+    return key
+
+
+def _advanced(key: Any) -> bool:
+    """Whether ``key`` holds an array or a list (NumPy's advanced indexing)."""
+    for k in key if type(key) is tuple else (key,):
+        t = type(k)
+        if (
+            t is Array
+            or t is list
+            or (hasattr(k, "shape") and hasattr(k, "dtype") and not isinstance(k, np.generic))
+        ):
+            return True
+    return False
+
+
+def _backend_key(key: Any, be: Any) -> Any:
+    def conv(k: Any) -> Any:
+        if isinstance(k, Array):
+            return k.data
+        if isinstance(k, list):
+            return be.xp.asarray(np.asarray(k))
+        return k
+
+    return tuple(conv(k) for k in key) if type(key) is tuple else conv(key)
+
+
 _RefProbe()[0] = object()
 _TEMPORARY_REFS = _RefProbe.count
 

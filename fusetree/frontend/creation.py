@@ -72,26 +72,26 @@ def full(shape: Any, fill_value: Any, dtype: Any = None, device: str | None = No
     return _creation(shape, dtype, device, fill_value)
 
 
-def _like(a: Any, dtype: Any, fill: Any) -> Array:
+def _like(a: Any, dtype: Any, fill: Any, device: str | None = None) -> Array:
     x = asarray(a)
-    return _creation(x.shape, dtype or x.dtype, x.device, fill)
+    return _creation(x.shape, dtype or x.dtype, device or x.device, fill)
 
 
-def empty_like(a: Any, dtype: Any = None) -> Array:
+def empty_like(x: Any, /, dtype: Any = None, *, device: str | None = None) -> Array:
     """Uninitialized array with the shape (and dtype, device) of ``a``."""
-    return _like(a, dtype, None)
+    return _like(x, dtype, None, device)
 
 
-def zeros_like(a: Any, dtype: Any = None) -> Array:
+def zeros_like(x: Any, /, dtype: Any = None, *, device: str | None = None) -> Array:
     """Zeros with the shape (and dtype, device) of ``a``."""
-    return _like(a, dtype, 0)
+    return _like(x, dtype, 0, device)
 
 
-def ones_like(a: Any, dtype: Any = None) -> Array:
+def ones_like(x: Any, /, dtype: Any = None, *, device: str | None = None) -> Array:
     """Ones with the shape (and dtype, device) of ``a``."""
-    return _like(a, dtype, 1)
+    return _like(x, dtype, 1, device)
 
 
-def full_like(a: Any, fill_value: Any, dtype: Any = None) -> Array:
+def full_like(x: Any, /, fill_value: Any, dtype: Any = None, *, device: str | None = None) -> Array:
     """``fill_value`` with the shape (and dtype, device) of ``a``."""
-    return _like(a, dtype, fill_value)
+    return _like(x, dtype, fill_value, device)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,11 @@ def _fn(name: str) -> Callable[..., Array]:
 
     f.__name__ = name
     f.__doc__ = f"Elementwise ``{name}`` with NumPy semantics (see fusetree.ir.ops.OPS['{name}'])."
+    # the Array API's signature: positional-only operands, ``(x, /)`` or ``(x1, x2, /)``
+    names = ("x",) if arity == 1 else tuple(f"x{k + 1}" for k in range(arity))
+    f.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names]
+    )
     return f
 
 
@@ -31,10 +37,10 @@ def where(cond: Any, a: Any, b: Any) -> Array:
     return elementwise("where", cond, a, b)
 
 
-def clip(x: Any, lo: Any, hi: Any) -> Array:
-    """``minimum(maximum(x, lo), hi)``, as NumPy defines ``np.clip``."""
-    y = x if lo is None else elementwise("maximum", x, lo)
-    return y if hi is None else elementwise("minimum", y, hi)
+def clip(x: Any, min: Any = None, max: Any = None) -> Array:  # noqa: A002 (the standard's names)
+    """``minimum(maximum(x, min), max)``, as NumPy defines ``np.clip`` (None: no bound)."""
+    y = asarray(x) if min is None else elementwise("maximum", x, min)
+    return y if max is None else elementwise("minimum", y, max)
 
 
 def astype(x: Any, dtype: Any) -> Array:

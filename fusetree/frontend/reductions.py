@@ -80,6 +80,9 @@ def reduce(kind: str, x: Any, axis: Any = None, keepdims: bool = False, dtype: A
         shape = (1,) * a.ndim
     n = math.prod(full[d] for d in axes)
     out_dt = reduce_dtypes(kind, a.dtype)[0]
+    if dtype is not None and kind in ("sum", "prod") and out_dt != np.dtype(dtype):
+        # NumPy returns the requested dtype (an integer sum wraps in it): reduce, then cast
+        return reduce(kind, a, axis, keepdims).astype(dtype)
     if n == 0:
         if kind in ("max", "min", "argmax", "argmin"):
             name = {"max": "maximum", "min": "minimum"}.get(kind, kind)
@@ -191,7 +194,8 @@ def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) ->
     return m.astype(out_dt)
 
 
-def var(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Array:
+def var(x: Any, axis: Any = None, dtype: Any = None, ddof: float = 0, keepdims: bool = False, *,
+        correction: float | None = None) -> Array:  # fmt: skip
     """Variance ``mean(abs(x - x.mean())**2)`` over ``axis``, divided by ``n - ddof`` (NumPy's
     formula and dtypes). The mean and the sum of squares fuse into one two-pass kernel."""
     a = asarray(x)
@@ -202,12 +206,15 @@ def var(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bo
     m = sum(a, axis, dt, keepdims=True) / n if n else sum(a, axis, dt, keepdims=True) * np.nan
     d = a - m
     ss = sum(d * d, axis, dt, keepdims)
+    if correction is not None:  # the Array API's name for ddof
+        ddof = correction
     return ss / builtins.max(n - ddof, 0)
 
 
-def std(x: Any, axis: Any = None, dtype: Any = None, ddof: int = 0, keepdims: bool = False) -> Array:
-    """Standard deviation: ``sqrt(var(x, axis, dtype, ddof, keepdims))``."""
-    return _FNS["sqrt"](var(x, axis, dtype, ddof, keepdims))
+def std(x: Any, axis: Any = None, dtype: Any = None, ddof: float = 0, keepdims: bool = False, *,
+        correction: float | None = None) -> Array:  # fmt: skip
+    """Standard deviation: ``sqrt(var(x, axis, dtype, ddof, keepdims))`` (``correction``: ddof)."""
+    return _FNS["sqrt"](var(x, axis, dtype, ddof, keepdims, correction=correction))
 
 
 def logsumexp(x: Any, axis: Any = None, keepdims: bool = False) -> Array:
