@@ -85,9 +85,12 @@ def test_assigned_live_value_survives():
     np.testing.assert_array_equal(y.numpy(), [3] * 4)
 
 
-def test_fancy_indexing_is_refused():
-    x = ft.asarray(np.ones(4))
-    with pytest.raises(ft.UnsupportedError, match="basic indexing"):
-        x[[0, 1]]
+def test_fancy_indexing_is_a_copy_and_bad_indices_raise():
+    x = ft.asarray(np.arange(4.0))
+    y = x[[0, 1]]  # advanced indexing (a fusion boundary): a copy, as in NumPy
+    y[...] = -1
+    assert x.numpy().tolist() == [0.0, 1.0, 2.0, 3.0] and y.numpy().tolist() == [-1.0, -1.0]
     with pytest.raises(IndexError, match="out of bounds"):
         x[7]
+    with pytest.raises(IndexError):
+        x[[9]]
