@@ -33,6 +33,16 @@ def test_program_regression(seed):
     check_program(random_program(seed))
 
 
+NARROW_REGRESSIONS = {  # random_program(seed, narrow=True)
+    201879: "deferred: a reduction of a computed GEMM result ran after a store into that result",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(NARROW_REGRESSIONS))
+def test_narrow_program_regression(seed):
+    check_program(random_program(seed, narrow=True))
+
+
 N = int(os.environ.get("FUSETREE_FUZZ_PROGRAMS", "120"))
 
 

@@ -35,7 +35,7 @@ from typing import Any
 from .. import config
 from ..errors import FusetreeError
 from ..ir import node as _node_mod
-from ..ir.node import EXPAND, REDUCE, Node, layout_class, span_of
+from ..ir.node import EXPAND, REDUCE, Node, address, layout_class, span_of
 from . import executor, horizontal
 from . import realization as _r
 from .state import HOOK, LOCK, PENDING, STATS, STORES
@@ -292,12 +292,16 @@ def _plan_groups(stores: list[Store], readers: list) -> dict | None:
                 if not be.same_view(x.data, stores[t].target):  # type: ignore[attr-defined]
                     return None
                 parent[find(k)] = find(t)
-            elif x.op == "matmul" and x.memo is None:
-                for y in x.args:
-                    lo, hi = y.span  # type: ignore[attr-defined]
+            elif x.op == "matmul":
+                m = x.memo
+                if m is not None:  # a computed GEMM: its result is memory a store may overwrite
+                    spans = [span_of(address(m), m.shape, m.strides, m.itemsize)]
+                else:  # a pending GEMM: what it reads
+                    spans = [y.span for y in x.args]  # type: ignore[attr-defined]
+                for lo, hi in spans:
                     j = bisect.bisect_left(starts, hi) - 1
                     if j >= 0 and stores[los[j]].span[1] > lo:
-                        return None  # a pending GEMM reading a target: computed before any write
+                        return None  # read before any write: the staged flush
     groups: dict[tuple, dict[int, list]] = {}
     for k, e in enumerate(entries):
         groups.setdefault(keys[k], {}).setdefault(find(k), []).append(e)

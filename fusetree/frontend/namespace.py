@@ -73,8 +73,14 @@ def asarray(obj: Any, /, dtype: Any = None, device: str | None = None, copy: boo
     ``None`` copies only when needed."""
     if isinstance(obj, Array):
         src: Array = obj
-    elif backends.device_of(obj) is not None:
-        src = _asarray(obj)
+    elif backends.device_of(obj) is not None:  # NumPy/CuPy/DLPack memory: wrapped, moved, cast
+        if copy is False and (
+            (dtype is not None and np.dtype(dtype) != obj.dtype)
+            or (device is not None and device.split("-")[0] != str(backends.device_of(obj)).split("-")[0])
+        ):  # fmt: skip
+            raise ValueError("asarray(copy=False): the array cannot be returned without a copy")
+        out = _asarray(obj, dtype=dtype, device=device)
+        return _copy(out) if copy and out._node.op == "buffer" else out
     else:
         if obj is None or isinstance(obj, str | bytes | dict | set):
             return _asarray(obj)  # raises UnsupportedError naming the type
