@@ -309,8 +309,16 @@ def _plan_groups(stores: list[Store], readers: list) -> dict | None:
 
 
 def _flush_staged(stores: list[Store], readers: list) -> None:
-    """Every value first (old memory), then the copies into the targets, in queue order."""
-    _r.realize(readers)
+    """Every value first (old memory), then the copies into the targets, in queue order. Readers
+    are computed one by one, not through ``realize``: its live-value rule would store a pending view
+    of an owner as a separate array (it must become a view of the owner's memory)."""
+    for w in readers:
+        n = w._node
+        if n.op == "buffer":
+            continue
+        dev = n.device or "cpu"
+        data = _r.compute_gemm(n) if n.op == "matmul" else _r.run_group([n], [], dev, n.shape)[0]
+        _r.set_buffer(w, data, dev)
     fresh = [_r.run_group([s.node], [], s.device or "cpu", s.node.shape)[0] for s in stores]
     for s, f in zip(stores, fresh):
         executor.copy(_r.context(s.device or "cpu").be, s.target, f)
