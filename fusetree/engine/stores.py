@@ -95,11 +95,15 @@ def defer(arr: Any, value: Any, prepare: Any) -> bool:
     vnode = value._node
     if vnode.op in ("buffer", "scalar", "matmul") or vnode.flags & (REDUCE | EXPAND):
         return False
+    if all(x.op == "scalar" for x in vnode.leaves):  # a fill: written now (a tree of scalars
+        return False  # broadcast to the target would reach reduction kernels with no array leaf)
     with LOCK:
         rec = queued_store(arr)
         n = arr._node if rec is None else rec.tnode
         if n.op != "buffer" or (vnode.device or n.device) != n.device:
             return False
+        if rec is not None and arr._views and any(r() is not None for r in arr._views):
+            return False  # live views of the queued value: they must alias the new one (store now)
         if rec is None:
             d = n.data
             lo, hi = span_of(n.ptr, n.shape, tuple(d.strides), d.itemsize)
@@ -305,6 +309,10 @@ def _plan_groups(stores: list[Store], readers: list) -> dict | None:
     groups: dict[tuple, dict[int, list]] = {}
     for k, e in enumerate(entries):
         groups.setdefault(keys[k], {}).setdefault(find(k), []).append(e)
+    for comps in groups.values():
+        for comp in comps.values():
+            if len(comp) > 1 and any(e[0].flags & (REDUCE | EXPAND) for e in comp):
+                return None  # reductions are realized one by one (the staged flush)
     return {key: list(comps.values()) for key, comps in groups.items()}
 
 
