@@ -5,7 +5,7 @@
 Models: ``small`` (GPT-2's structure at width 128: 148 tensors, ~3.1M parameters) and ``gpt2``
 (GPT-2 small: 148 tensors, 124M). The step is three stores per parameter (m, v, p). Modes:
 fusetree eager, eager with deferred stores (``ft.options(defer_stores=True)``: m, v and p of a
-parameter in one kernel), ``ft.jit`` and ``ft.jit(graph=True)`` (both defer stores; the parameters,
+parameter in one kernel), ``ft.jit`` and ``ft.jit(graph=True)`` (traced with deferred stores; the parameters,
 moments and gradients are passed as lists: a pytree), NumPy or CuPy with the same code, torch
 ``AdamW(foreach=True)`` and ``AdamW(fused=True)`` (GPU). The step-dependent bias corrections are a
 small array the loop writes each step, so traced modes do not freeze them. Every mode runs
@@ -167,7 +167,8 @@ def run(device: str, model: str, steps: int, repeats: int) -> list[dict]:
 
                 def step(t):
                     coef[...] = xp_dev.asarray(coefs(t).astype(np.float32))
-                    jf(fP, fG, fM, fV, fc)
+                    with ft.options(defer_stores=True):  # traced with deferred stores (horizontal)
+                        jf(fP, fG, fM, fV, fc)
 
             return step, (P, M, V)
 

@@ -39,7 +39,7 @@ class Options:
     reduce_threads: int = 0
     reduce_split: int = 0
     # queue whole-array stores of pending values and write them together at the next read or
-    # ft.synchronize() (always on inside ft.jit traces); see fusetree.engine.stores
+    # ft.synchronize() (eager and ft.jit traces; off by default); see fusetree.engine.stores
     defer_stores: bool = False
 
 

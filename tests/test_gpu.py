@@ -461,12 +461,12 @@ def test_deferred_stores_and_horizontal_kernels_on_gpu(rng):
                 P = [p.copy() for p in P]
                 fs[0] = [ft.asarray(p) for p in P]
             ft.reset_stats()
-            if mode == "eager":
-                with ft.options(defer_stores=True):
+            with ft.options(defer_stores=True):
+                if mode == "eager":
                     adamw(*fs)
-                ft.synchronize()
-            else:
-                step(*fs)
+                else:
+                    step(*fs)
+            ft.synchronize()
             s = ft.stats()
             if mode != "graph" or k == 0:
                 assert (s["launches"], s["horizontal"]) == (2, 2), (mode, s)  # rank 1 and rank 2

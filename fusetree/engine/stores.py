@@ -1,6 +1,6 @@
 """Deferred stores: ``x[...] = value`` recorded now, written later, several per kernel.
 
-With deferral on (``ft.options(defer_stores=True)``, and always inside an ``ft.jit`` trace) a
+With deferral on (``ft.options(defer_stores=True)``, for eager code and ``ft.jit`` traces) a
 whole-array store of a pending elementwise value is *queued*: the array becomes its pending value
 (later expressions read it from registers, not memory) and the memory is written at the next
 *flush*. A flush writes every queued store: stores (and pending values that read their targets)
@@ -65,7 +65,9 @@ _HIS: list[int] = []
 
 
 def deferring() -> bool:
-    return HOOK.recorder is not None or (config.current.defer_stores and config.current.fuse)
+    """Whether whole-array stores are queued: ``ft.options(defer_stores=True)`` (eager code and
+    ft.jit traces alike; off by default while the program fuzzer still finds cases to fix)."""
+    return config.current.defer_stores and config.current.fuse
 
 
 def queued_store(arr: Any) -> Store | None:
