@@ -108,6 +108,16 @@ def op_value(o: OpSpec, args: list[str], regs: list[np.dtype], descs: list) -> t
     return value, out_reg
 
 
+def begin(spec: KernelSpec, target: str, params: list[str], *notes: str) -> Writer:
+    """A writer holding the kernel's header comments (plus ``notes``) and its ``def`` line, indented
+    into the body."""
+    w = Writer()
+    for line in header(spec, target, params) + list(notes):
+        w(line)
+    w(f"def {spec.name}({', '.join(params)}):")
+    return w.indent()
+
+
 def header(spec: KernelSpec, target: str, params: list[str]) -> list[str]:
     sig = ", ".join(params)
     ins = ", ".join(

@@ -18,7 +18,7 @@ import numpy as np
 from ..ir import dtypes
 from ..schedule.spec import KernelSpec, Ref
 from . import abi
-from .common import Target, Writer, header, op_value
+from .common import Target, Writer, begin, op_value
 
 
 def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: frozenset | set = frozenset(),
@@ -66,11 +66,7 @@ def render(spec: KernelSpec, target: Target, unroll: int = 1) -> tuple[str, list
     """Source of elementwise kernel ``spec`` for ``target`` and its parameter names. ``unroll``:
     elements per thread and grid-stride step of a flat CUDA kernel."""
     params = [p.name for p in abi.params(spec, target.name)]
-    w = Writer()
-    for line in header(spec, target.name, params):
-        w(line)
-    w(f"def {spec.name}({', '.join(params)}):")
-    w.indent()
+    w = begin(spec, target.name, params)
     arrays = [(f"in{i}", lf.layout) for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"]
     arrays += [(f"out{k}", o.layout) for k, o in enumerate(spec.outs)]
     nd = max(spec.ndim, 1)

@@ -31,7 +31,7 @@ from ..ir import dtypes
 from ..ir.ops import REDUCTIONS, identity_value, reduce_dtypes
 from ..schedule.spec import KernelSpec, Ref
 from . import abi
-from .common import Target, Writer, cast, convert, header, op_value
+from .common import Target, Writer, begin, cast, convert, op_value
 
 UNROLL = 4  # CUDA: elements per thread per step of an element loop (independent loads in flight)
 
@@ -94,12 +94,8 @@ def render(spec: KernelSpec, target: Target) -> tuple[str, list[str]]:
     kept = [d for d in range(nd) if d not in axes]
     params = [p.name for p in abi.params(spec, target.name)]
     lev = _Levels(spec)
-    w = Writer()
-    for line in header(spec, target.name, params):
-        w(line)
-    w(f"# frame: reduced axes {tuple(axes)}, {lev.phases} phase(s){', partial' if partial else ''}")
-    w(f"def {spec.name}({', '.join(params)}):")
-    w.indent()
+    w = begin(spec, target.name, params,
+              f"# frame: reduced axes {tuple(axes)}, {lev.phases} phase(s){', partial' if partial else ''}")  # fmt: skip
 
     reg: dict[Ref, np.dtype] = {}
     desc: dict[Ref, dtypes.Desc] = {}

@@ -22,17 +22,13 @@ from __future__ import annotations
 
 from ..schedule.spec import KernelSpec
 from . import abi
-from .common import Target, Writer, header
+from .common import Target, begin
 from .elementwise import body
 
 
 def render(spec: KernelSpec, target: Target) -> tuple[str, list[str]]:
     params = [p.name for p in abi.params(spec, target.name)]
-    w = Writer()
-    for line in header(spec, target.name, params):
-        w(line)
-    w(f"def {spec.name}({', '.join(params)}):")
-    w.indent()
+    w = begin(spec, target.name, params)
     if target.name == "cpu":
         w("for r in prange(nrows):")
         w.indent()
