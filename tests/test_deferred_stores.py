@@ -94,6 +94,19 @@ def test_overlapping_views_and_other_wrappers_of_the_same_memory(rng):
     np.testing.assert_array_equal(buf, ref)
 
 
+def test_a_view_of_a_dropped_view_still_aliases_the_memory():
+    buf = np.arange(1.0, 6.0)
+    a = ft.asarray(buf)
+    v = a[...]
+    v[...] = a[::-1] * 2  # queued on the view v
+    w = v[...]  # a pending view of v
+    del v  # the owner of the queued store is gone; w must still alias buf
+    a[...] = a + 100  # flushes the first store, queues this one
+    ref = np.arange(1.0, 6.0)[::-1] * 2 + 100
+    np.testing.assert_array_equal(w.numpy(), ref)
+    np.testing.assert_array_equal(buf, ref)
+
+
 def test_values_of_other_shapes_and_gemms_reading_targets(rng):
     W, b, X = f32(rng, 3, 4), f32(rng, 4), f32(rng, 2, 3)
     w, bb, xx = ft.asarray(W.copy()), ft.asarray(b.copy()), ft.asarray(X)

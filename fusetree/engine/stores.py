@@ -29,7 +29,6 @@ from __future__ import annotations
 import bisect
 import os
 import sys
-import weakref
 from typing import Any
 
 from .. import config
@@ -50,7 +49,10 @@ class Store:
     __slots__ = ("device", "node", "owner", "span", "target", "tnode", "where")
 
     def __init__(self, owner: Any, tnode: Any, node: Node, span: tuple[int, int], where: tuple) -> None:
-        self.owner = weakref.ref(owner)
+        # held until the flush: a pending view of the owner must become a view of the target's
+        # memory, even when the owner itself is dropped first (``v = a[...]; v[...] = x; w = v[...];
+        # del v`` leaves ``w`` aliasing ``a``; fuzzer seed 280401)
+        self.owner = owner
         self.tnode = tnode  # the owner's buffer node before the store (restored by the flush)
         self.target = tnode.data
         self.device = tnode.device
@@ -72,7 +74,7 @@ def deferring() -> bool:
 
 def queued_store(arr: Any) -> Store | None:
     s = _OWNERS.get(id(arr))
-    return s if s is not None and s.owner() is arr else None
+    return s if s is not None and s.owner is arr else None
 
 
 def _overlapping(lo: int, hi: int) -> bool:
@@ -162,7 +164,7 @@ def describe() -> list[str]:
         return []
     with LOCK:
         stores = list(STORES)
-        readers = _readers(stores, {id(o): o for o in (s.owner() for s in stores) if o is not None})
+        readers = _readers(stores, {id(s.owner): s.owner for s in stores})
         groups = _plan_groups(stores, readers)
     where = {id(s.target): f"{os.path.basename(s.where[0])}:{s.where[1]}" for s in stores}
     if groups is None:
@@ -207,11 +209,7 @@ def _readers(stores: list[Store], owners: dict[int, Any]) -> list:
 
 
 def _flush(stores: list[Store]) -> None:
-    owners = {}
-    for s in stores:
-        o = s.owner()
-        if o is not None:
-            owners[id(o)] = o
+    owners = {id(s.owner): s.owner for s in stores}
     readers = _readers(stores, owners)
     groups = _plan_groups(stores, readers)
     if groups is None:
@@ -248,9 +246,8 @@ def _flush(stores: list[Store]) -> None:
                 if t is None:
                     _r.set_buffer(w, o, device)
     for s in stores:
-        o = s.owner()
-        if o is not None and o._node is s.node:
-            _r.set_buffer(o, s.target, s.device, s.tnode)
+        if s.owner._node is s.node:
+            _r.set_buffer(s.owner, s.target, s.device, s.tnode)
 
 
 def _layout(t: Any) -> str:
