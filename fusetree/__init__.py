@@ -43,6 +43,7 @@ from .frontend import (
     zeros_like,
 )
 from .frontend import namespace as _ns
+from .frontend.autodiff import grad, value_and_grad, vjp
 from .frontend.functions import FUNCTIONS as _FUNCTIONS
 from .frontend.namespace import (  # noqa: F401 (the namespace's names)
     __array_namespace_info__,
@@ -96,7 +97,7 @@ FUNCTIONS_BY_NAME = dict(_FUNCTIONS, where=where)
 __all__ = [
     "Array", "ndarray", "asarray", "astype", "clip", "empty", "empty_like", "full", "full_like",
     "matmul", "ones", "ones_like", "power", "where", "zeros", "zeros_like", "evaluate", "explain",
-    "synchronize", "to_dot", "to_networkx", "jit", "options", "get_options", "stats", "reset_stats", "clear_cache",
+    "synchronize", "to_dot", "to_networkx", "jit", "grad", "value_and_grad", "vjp", "options", "get_options", "stats", "reset_stats", "clear_cache",
     "cache_info", "FusetreeError", "ShapeError", "DTypeError", "DeviceError", "UnsupportedError",
     "CompileError", "divide", "abs", "OP_NAMES", "FUNCTIONS_BY_NAME",
     *sorted(k for k in _FUNCTIONS if k != "power"), *sorted(_REDUCTIONS),

@@ -84,7 +84,10 @@ def clear_cache() -> None:
 
 def set_buffer(arr: Any, data: Any, device: str, node: Node | None = None) -> None:
     """Make ``arr`` a buffer over ``data``; its live views become views of ``data``."""
+    old = arr._node
     arr._node = make_buffer(data, device) if node is None else node
+    if HOOK.tape is not None:
+        HOOK.tape(old, arr._node)
     arr._base = None
     r = arr._pref
     if r is not None:
@@ -175,6 +178,8 @@ def _realize_one(a: Any, n: Node) -> bool:
     out = be.empty(shape, n.dtype)
     executor.run(plan, be, ctx.tag, n.leaves, shape, [out], (plans, key, plan))
     a._node = make_contiguous(out, device, shape, n.dtype)
+    if HOOK.tape is not None:
+        HOOK.tape(n, a._node)
     r = a._pref
     if r is not None:
         PENDING.pop(id(r), None)

@@ -32,6 +32,9 @@ class _Hook:
 
     recorder: Any = None
     flush: Any = None  # engine.stores.flush: writes the queued deferred stores
+    # frontend.autodiff, while a gradient trace records: called (old node, buffer node) when a
+    # pending array gets memory, so the backward pass reads the buffer and routes cotangents back
+    tape: Any = None
 
 
 # deferred stores waiting for a flush (engine.stores)

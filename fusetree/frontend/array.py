@@ -33,6 +33,16 @@ _COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater",
 _WEAK = (builtins.float, builtins.int, builtins.bool)
 
 
+# The gradient trace being recorded (frontend.autodiff), else None: a list of entries
+# (op, operand nodes, attrs, result node) appended by the operators, views, reductions and GEMMs.
+TAPE: list | None = None
+
+
+def record(op: str, inputs: tuple, attrs: tuple, out: Node) -> None:
+    """Append one step to the gradient trace (callers check ``TAPE is not None`` first)."""
+    TAPE.append((op, inputs, attrs, out))  # type: ignore[union-attr]
+
+
 class Array:
     """A fusetree array: a lazy expression, or a realized buffer (NumPy or CuPy memory).
 
@@ -224,7 +234,10 @@ class Array:
         if _advanced(key):  # integer-array or boolean-mask indexing: a fusion boundary (a copy)
             engine.realize((self,))
             be = backends.get(self.device)
-            return wrap(make_buffer(be.xp.asarray(self._node.data[_backend_key(key, be)]), self.device))  # type: ignore[attr-defined]
+            out = wrap(make_buffer(be.xp.asarray(self._node.data[_backend_key(key, be)]), self.device))  # type: ignore[attr-defined]
+            if TAPE is not None:
+                record("gather", (self._node,), (_backend_key(key, be),), out._node)
+            return out
         self._boundary()
         shape = index_shape(key, self._node.shape)
         vkey = view_index(key)
@@ -232,7 +245,10 @@ class Array:
         def fn(d: Any) -> Any:
             return d[vkey]
 
-        return self._derive(view_of(self._node, fn, shape, view_key(key)), fn)
+        out = self._derive(view_of(self._node, fn, shape, view_key(key)), fn)
+        if TAPE is not None:
+            record("getitem", (self._node,), (vkey,), out._node)
+        return out
 
     def transpose(self, *axes: Any) -> Array:
         self._boundary()
@@ -247,7 +263,10 @@ class Array:
         def fn(d: Any) -> Any:
             return d.transpose(ax)
 
-        return self._derive(view_of(self._node, fn, shape, ("T", ax)), fn)
+        out = self._derive(view_of(self._node, fn, shape, ("T", ax)), fn)
+        if TAPE is not None:
+            record("transpose", (self._node,), (ax,), out._node)
+        return out
 
     def reshape(self, *shape: Any) -> Array:
         if len(shape) == 1 and isinstance(shape[0], Sequence | np.ndarray):
@@ -260,7 +279,10 @@ class Array:
             v = be.reshape_view(d, new)
             return v if v is not None else be.xp.reshape(be.xp.ascontiguousarray(d), new)
 
-        return self._derive(view_of(self._node, fn, new, None), fn)
+        out = self._derive(view_of(self._node, fn, new, None), fn)
+        if TAPE is not None:
+            record("reshape", (self._node,), (), out._node)
+        return out
 
     def _derive(self, node: Node, fn: Callable[[Any], Any]) -> Array:
         """The Array of a view ``node`` of this array (``fn`` maps this array's memory to it)."""
@@ -293,6 +315,9 @@ class Array:
     # -- in-place writes -------------------------------------------------------------------------
     def __setitem__(self, key: Any, value: Any) -> None:
         key = _int_slices(key)
+        if TAPE is not None:
+            self._traced_store(key, value)
+            return
         if _advanced(key):  # integer-array or boolean-mask stores: written by the backend
             engine.realize((self,))
             be = backends.get(self.device)
@@ -323,6 +348,32 @@ class Array:
                 )
         engine.assign(target, self.device, vnode, owner, _prepare, held)
 
+    def _traced_store(self, key: Any, value: Any) -> None:
+        """``self[...] = value`` while a gradient is traced: the array is rebound to the value (a
+        functional update, so the values the backward pass reads are never overwritten)."""
+        if not (key is Ellipsis or key == _ALL):
+            raise UnsupportedError(
+                f"a partial store (x[{key!r}] = ...) inside a function being differentiated: build "
+                "the value with ft.where or indexing instead (stores are rebinds under ft.grad)"
+            )
+        vnode = as_node(value, self.device)
+        if vnode.op != "scalar" and vnode.shape != self.shape and \
+                broadcast_shape("assignment", [vnode.shape, self.shape], False) != self.shape:  # fmt: skip
+            raise ShapeError(
+                f"could not broadcast input array from shape {vnode.shape} into shape {self.shape}"
+            )
+        if vnode.op == "scalar":
+            vnode = make_op("astype", (vnode,), self.dtype, (), self.device, (self.dtype,))
+        new = _prepare(vnode, self.shape, self.dtype)
+        if new is vnode:  # a new node, so the trace can tell the store from its value
+            new = make_op("astype", (vnode,), self.dtype, self.shape, self.device, (self.dtype,))
+        record("store", (vnode,), (), new)
+        self._node = new
+        self._base = None
+        if self._pref is None:
+            r = self._pref = _ref(self, _drop)
+            _PENDING[id(r)] = r
+
     def _inplace(self, name: str, other: Any) -> Array:
         """``self <op>= other``: NumPy's ``ufunc(self, other, out=self, casting="same_kind")``.
 
@@ -330,7 +381,9 @@ class Array:
         result); a result dtype that cannot be cast to ``self.dtype`` with the same-kind rule
         raises DTypeError before anything is written.
         """
-        if not (engine.deferring() and (self._node.op == "buffer" or engine.queued_store(self) is not None)):
+        if TAPE is None and not (
+            engine.deferring() and (self._node.op == "buffer" or engine.queued_store(self) is not None)
+        ):
             engine.realize((self,))  # first, so the value reads this array's memory as a buffer
         value = matmul(self, other) if name == "matmul" else elementwise(name, self, other)
         if not np.can_cast(value.dtype, self.dtype, casting="same_kind"):
@@ -507,12 +560,12 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
                 # the fast path: same shape and device, a known dtype rule (no broadcast, no GEMM fold)
                 if a.shape == b.shape and a.device == b.device and a.op != "matmul":
                     r = RULES2.get((name, a.dtype, b.dtype))
-                    if r is not None and config.current.fuse:
+                    if r is not None and config.current.fuse and TAPE is None:
                         return wrap(make_op(name, (a, b), r.out, a.shape, a.device))
                 return _build(name, (a, b))
             if t is float:
                 r = RULES2.get((name, a.dtype, float))
-                if r is not None and config.current.fuse:
+                if r is not None and config.current.fuse and TAPE is None:
                     return wrap(make_op(name, (a, make_scalar(other)), r.out, a.shape, a.device))
                 return _build(name, (a, make_scalar(other)))
             if t is int:
@@ -639,6 +692,14 @@ def broadcast_shape(name: str, shapes: list[tuple[int, ...]], raise_: bool = Tru
 
 def _build(name: str, nodes: tuple[Node, ...], attrs: tuple = ()) -> Array:
     """The hot path of every operator: device and shape checks, the memoized dtype rule, the node."""
+    if TAPE is not None:
+        out = _build_traced(name, nodes, attrs)
+        record(name, nodes, attrs, out._node)
+        return out
+    return _build_traced(name, nodes, attrs)
+
+
+def _build_traced(name: str, nodes: tuple[Node, ...], attrs: tuple = ()) -> Array:
     device = ""  # a value made of scalars only has no device: it goes with any operand
     shape: tuple[int, ...] | None = None
     bcast = weak_int = False
@@ -754,5 +815,8 @@ def matmul(a: Any, b: Any) -> Array:
                 raise ShapeError("matmul: boolean matmul is not supported")
             dtypes.check(dt, "matmul")
             assert isinstance(na, Buffer) and isinstance(nb, Buffer)
-            return wrap(make_matmul(na, nb, shape, dt))
+            out = wrap(make_matmul(na, nb, shape, dt))
+            if TAPE is not None:
+                record("matmul", (na, nb), (), out._node)
+            return out
     raise ShapeError(f"matmul: shapes {sa} and {sb} are not aligned")

@@ -28,6 +28,7 @@ from ..errors import ShapeError, UnsupportedError
 from ..ir import node as _nm
 from ..ir.node import Node, make_op
 from ..ir.ops import REDUCTIONS, reduce_dtypes
+from . import array as _arr
 from . import creation
 from .array import Array, wrap
 from .creation import asarray
@@ -96,11 +97,12 @@ def reduce(kind: str, x: Any, axis: Any = None, keepdims: bool = False, dtype: A
             return creation.zeros(shape, dtype=out_dt, device=a.device)
         # a new value (NumPy's reductions never return a view of their input): a cast node even
         # when the dtype does not change
-        v = (
-            (a != 0)
-            if kind in ("any", "all")
-            else wrap(make_op("astype", (a._node,), out_dt, a.shape, a.device, (out_dt,)))
-        )
+        if kind in ("any", "all"):
+            v = a != 0
+        else:
+            v = wrap(make_op("astype", (a._node,), out_dt, a.shape, a.device, (out_dt,)))
+            if _arr.TAPE is not None:
+                _arr.record("astype", (a._node,), (out_dt,), v._node)
         return v.reshape(shape)
     if index and axis is None and a.ndim > 1:
         flat = a.reshape(-1)  # argmax over everything: the index into the flattened array
@@ -108,6 +110,8 @@ def reduce(kind: str, x: Any, axis: Any = None, keepdims: bool = False, dtype: A
         return r.reshape(shape) if keepdims else r
     node = make_op("reduce", (a._node,), out_dt, shape, a.device, (kind, axes, builtins.bool(keepdims)))
     out = wrap(node)
+    if _arr.TAPE is not None:
+        _arr.record("reduce", (a._node,), node.attrs, node)
     if not config.current.fuse:
         engine.realize((out,))
     return out

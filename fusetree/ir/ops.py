@@ -10,6 +10,11 @@ Each :class:`OpDef` has
   templates, ``"*"`` being the default.
 * ``operands``: how operands are cast before the template: ``"out"`` to the result's compute dtype,
   ``"common"`` to the promoted operand dtype (comparisons), ``"bool"``, or ``"keep"``.
+* ``vjp``: the derivative rule (reverse mode, see :mod:`fusetree.frontend.autodiff`):
+  ``vjp(F, g, y, *xs)`` gives each operand's cotangent (None: no gradient) from the result's
+  cotangent ``g``, the result ``y`` and the operands ``xs``, written with the array namespace ``F``
+  (fusetree for training, NumPy in the tests, which check every rule against finite differences).
+  Ops without a rule (comparisons, bitwise, rounding) pass no gradient.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class OpDef:
     # domain used by the reference tests to draw inputs: "any", "positive", "unit" (|x|<=1), "small"
     domain: str = "any"
     notes: str = field(default="", compare=False)
+    vjp: Callable[..., tuple] | None = field(default=None, compare=False)
 
     def template_for(self, kind: str) -> str:
         t = self.template
@@ -149,6 +155,60 @@ _op("isfinite", 1, np.isfinite, {"f": "isfinite({0})", "*": "True"}, operands="k
 # ---- selection and casts (attrs-driven ops) ----
 _op("where", 3, np.where, "{1} if {0} else {2}", operands="where")
 _op("astype", 1, lambda x, dtype: np.asarray(x).astype(dtype), _U)
+
+# ---- derivative rules: vjp(F, g, y, *xs) -> one cotangent per operand (None: none) ----
+_LN2, _LN10, _2_SQRT_PI = math.log(2.0), math.log(10.0), 2.0 / math.sqrt(math.pi)
+
+
+def _half_ties(F, g, a, b):  # maximum/minimum: the winner gets g, a tie splits it (JAX's rule)
+    return F.where(a == b, g * 0.5, F.where(a > b, g, g * 0.0))
+
+
+VJP: dict[str, Callable[..., tuple]] = {
+    "add": lambda F, g, y, a, b: (g, g),
+    "subtract": lambda F, g, y, a, b: (g, -g),
+    "multiply": lambda F, g, y, a, b: (g * b, g * a),
+    "true_divide": lambda F, g, y, a, b: (g / b, -g * y / b),
+    "power": lambda F, g, y, a, b: (
+        g * b * F.power(a, b - 1),
+        g * F.where(a > 0, y * F.log(F.where(a > 0, a, a * 0 + 1)), y * 0.0),
+    ),
+    "maximum": lambda F, g, y, a, b: (_half_ties(F, g, a, b), _half_ties(F, g, b, a)),
+    "minimum": lambda F, g, y, a, b: (_half_ties(F, g, b, a), _half_ties(F, g, a, b)),
+    "fmax": lambda F, g, y, a, b: (_half_ties(F, g, a, b), _half_ties(F, g, b, a)),
+    "fmin": lambda F, g, y, a, b: (_half_ties(F, g, b, a), _half_ties(F, g, a, b)),
+    "arctan2": lambda F, g, y, a, b: (g * b / (a * a + b * b), -g * a / (a * a + b * b)),
+    "remainder": lambda F, g, y, a, b: (g, -g * F.floor_divide(a, b)),
+    "negative": lambda F, g, y, x: (-g,),
+    "absolute": lambda F, g, y, x: (g * F.sign(x),),
+    "square": lambda F, g, y, x: (g * 2 * x,),
+    "reciprocal": lambda F, g, y, x: (-g * y * y,),
+    "sqrt": lambda F, g, y, x: (g * 0.5 / y,),
+    "rsqrt": lambda F, g, y, x: (g * -0.5 * y / x,),
+    "relu": lambda F, g, y, x: (F.where(x > 0, g, g * 0.0),),
+    "exp": lambda F, g, y, x: (g * y,),
+    "exp2": lambda F, g, y, x: (g * y * _LN2,),
+    "expm1": lambda F, g, y, x: (g * (y + 1),),
+    "log": lambda F, g, y, x: (g / x,),
+    "log2": lambda F, g, y, x: (g / (x * _LN2),),
+    "log10": lambda F, g, y, x: (g / (x * _LN10),),
+    "log1p": lambda F, g, y, x: (g / (x + 1),),
+    "sin": lambda F, g, y, x: (g * F.cos(x),),
+    "cos": lambda F, g, y, x: (-g * F.sin(x),),
+    "tan": lambda F, g, y, x: (g * (y * y + 1),),
+    "tanh": lambda F, g, y, x: (g * (1 - y * y),),
+    "sinh": lambda F, g, y, x: (g * F.cosh(x),),
+    "cosh": lambda F, g, y, x: (g * F.sinh(x),),
+    "arcsin": lambda F, g, y, x: (g / F.sqrt(1 - x * x),),
+    "arccos": lambda F, g, y, x: (-g / F.sqrt(1 - x * x),),
+    "arctan": lambda F, g, y, x: (g / (x * x + 1),),
+    "sigmoid": lambda F, g, y, x: (g * y * (1 - y),),
+    "erf": lambda F, g, y, x: (g * _2_SQRT_PI * F.exp(-(x * x)),),
+    "where": lambda F, g, y, c, a, b: (None, F.where(c, g, g * 0.0), F.where(c, g * 0.0, g)),
+    "astype": lambda F, g, y, x: (g,),  # cast back to the operand's dtype by the caller
+}
+for _name, _rule in VJP.items():
+    OPS[_name] = OpDef(**{**OPS[_name].__dict__, "vjp": _rule})
 
 # Python operators -> op names (reflected forms swap operands).
 BINARY_OPERATORS = {

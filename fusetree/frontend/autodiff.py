@@ -1,0 +1,398 @@
+"""Reverse-mode autodiff: ``ft.grad``, ``ft.value_and_grad`` and ``ft.vjp`` (JAX's conventions).
+
+How it works. While the function runs, every operator, view, reduction and GEMM appends one entry
+``(op, operand nodes, attrs, result node)`` to a trace (``frontend.array.TAPE``); a pending value
+that gets memory meanwhile (a GEMM operand, ``ft.evaluate``) adds an ``alias`` entry from its node
+to the buffer. The backward pass walks the trace in reverse and builds each operand's cotangent
+as an ordinary *lazy* fusetree expression from the op table's rule (``OpDef.vjp``), so
+
+* the backward trees fuse like forward trees: the elementwise backward of an LSTM cell between its
+  GEMMs is one kernel;
+* forward values a rule needs are read from memory when the forward stored them (GEMM results, a
+  value the live-value rule stored) and otherwise *recomputed inside the backward kernel* from
+  the nearest stored values (cheaper than storing every intermediate: no extra outputs, no extra
+  reads; measured in benchmarks/train_lstm.py);
+* a cotangent that sums several contributions (a value used twice, as an RNN's state is) is kept
+  live while the backward pass runs, so the live-value rule stores it once where it is computed
+  and later trees read it instead of recomputing a chain through time.
+
+Broadcasts reduce back (sums over the broadcast axes), ``x[i]`` scatters into a zero array of
+``x``'s shape, ``a @ b`` becomes GEMMs on transposed views, reductions have their rules here,
+and stores inside the function are functional rebinds (``x[...] = v``, ``x += v``), so nothing the
+backward pass reads is overwritten. Everything composes with ``ft.jit``: a traced training step
+(forward, backward, optimizer) is one plan and, with ``graph=True``, one CUDA graph.
+
+>>> import numpy as np, fusetree as ft
+>>> x = ft.asarray(np.array([0.5, -1.0, 2.0]))
+>>> g = ft.grad(lambda x: ft.sum(ft.tanh(x) * x))(x)
+>>> np.allclose(g.numpy(), np.tanh([0.5, -1.0, 2.0]) + [0.5, -1.0, 2.0] / np.cosh([0.5, -1.0, 2.0]) ** 2)
+True
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import engine
+from ..engine import pytree
+from ..engine.state import HOOK
+from ..errors import ShapeError, UnsupportedError
+from ..ir.node import Node, make_buffer
+from ..ir.ops import OPS
+from . import array as _arr
+from .array import Array, broadcast, matmul, wrap
+from .creation import asarray, empty
+
+
+class _Namespace:
+    """The array namespace the op table's rules are written against (fusetree's functions)."""
+
+    def __getattr__(self, name: str) -> Any:
+        import fusetree
+
+        return getattr(fusetree, name)
+
+
+F = _Namespace()
+_DIFFERENTIABLE = "fc"  # dtype kinds that carry gradients
+
+
+def _is_float(n: Node) -> bool:
+    return n.op != "scalar" and n.dtype.kind in _DIFFERENTIABLE
+
+
+class _Acc:
+    """The cotangent of one node: a dense sum, scatters into index views, and how many
+    contributions it has (a sum of two or more is kept live: see the module docstring)."""
+
+    __slots__ = ("dense", "n", "node", "scatters")
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.dense: Array | None = None
+        self.scatters: list[tuple[Any, Array]] = []
+        self.n = 0
+
+    def add(self, g: Array) -> None:
+        self.dense = g if self.dense is None else self.dense + g
+        self.n += 1
+
+    def value(self) -> Array:
+        n = self.node
+        if not self.scatters:
+            assert self.dense is not None
+            return self.dense
+        buf = empty(n.shape, n.dtype, n.device)
+        buf[...] = 0.0  # a kernel (ft.jit replays it), not a host fill frozen into the trace
+        for key, g in self.scatters:
+            buf[key] = buf[key] + g
+        self.n += len(self.scatters)
+        return buf if self.dense is None else buf + self.dense
+
+
+def _unbroadcast(g: Array, n: Node) -> Array:
+    """``g`` (a cotangent of ``n`` broadcast) summed back to ``n``'s shape and cast to its dtype."""
+    shape = n.shape
+    if g.shape != shape:
+        lead = g.ndim - len(shape)
+        axes = tuple(range(lead)) + tuple(
+            lead + k for k, s in enumerate(shape) if s == 1 and g.shape[lead + k] != 1
+        )
+        if axes:
+            g = F.sum(g, axis=axes, keepdims=True)
+        if g.shape != shape:
+            g = g.reshape(shape)
+    if g.dtype != n.dtype:
+        g = g.astype(n.dtype)
+    return g
+
+
+def _expand_back(g: Array, n: Node, axes: tuple[int, ...], keepdims: bool) -> Array:
+    """A reduction's cotangent ``g`` broadcast back to the reduced operand ``n``'s shape."""
+    if not keepdims:
+        g = g.reshape(tuple(1 if d in axes else s for d, s in enumerate(n.shape)))
+    return wrap(broadcast(g._node, n.shape))
+
+
+def _reduce_vjp(
+    g: Array, y: Array, x: Array, kind: str, axes: tuple[int, ...], keepdims: bool
+) -> Array | None:
+    if kind == "sum":
+        return _expand_back(g, x._node, axes, keepdims)
+    if kind in ("max", "min"):
+        yb = _expand_back(y, x._node, axes, keepdims)
+        hit = (x == yb).astype(x.dtype)
+        count = F.sum(hit, axis=axes, keepdims=True)
+        return _expand_back(g, x._node, axes, keepdims) * hit / count
+    if kind == "prod":
+        return _expand_back(g * y, x._node, axes, keepdims) / x
+    return None  # argmax/argmin/any/all: no gradient
+
+
+def _matmul_vjp(g: Array, a: Array, b: Array, need: tuple[bool, bool]) -> tuple[Array | None, Array | None]:
+    a2 = a.reshape((1, a.shape[0])) if a.ndim == 1 else a
+    b2 = b.reshape((b.shape[0], 1)) if b.ndim == 1 else b
+    gshape = a2.shape[:-1] + b2.shape[-1:] if a.ndim == 1 or b.ndim == 1 else g.shape
+    if a.ndim == 1 or b.ndim == 1:
+        gshape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
+    g2 = g.reshape(gshape) if g.shape != gshape else g
+    ga = matmul(g2, b2.mT) if need[0] else None
+    gb = matmul(a2.mT, g2) if need[1] else None
+    if ga is not None:
+        ga = _unbroadcast(ga, a2._node) if ga.shape != a2.shape else ga
+        ga = ga.reshape(a.shape) if ga.shape != a.shape else ga
+    if gb is not None:
+        gb = _unbroadcast(gb, b2._node) if gb.shape != b2.shape else gb
+        gb = gb.reshape(b.shape) if gb.shape != b.shape else gb
+    return ga, gb
+
+
+def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Sequence[Node]) -> list[Array]:
+    """Cotangents of the nodes ``wrt`` given cotangents ``cts`` of ``outs``, from a trace."""
+    primal: dict[int, Node] = {}  # a pending node's uid -> the buffer it was realized into
+    needed = {n.uid for n in wrt}  # nodes that depend on an input being differentiated
+    for op, ins, _attrs, out in entries:
+        if op == "alias":
+            primal[ins[0].uid] = out
+        if any(x.uid in needed for x in ins):
+            needed.add(out.uid)
+
+    def val(n: Node) -> Array:
+        seen = n
+        while seen.uid in primal:
+            seen = primal[seen.uid]
+        return wrap(seen)
+
+    acc: dict[int, _Acc] = {}
+    for n, c in zip(outs, cts):
+        if n.uid in needed and _is_float(n):
+            acc.setdefault(n.uid, _Acc(n)).add(_unbroadcast(c, n))
+    keep: list[Array] = []  # sums of several contributions, live while the backward runs
+    wanted = {n.uid for n in wrt}
+    for op, ins, attrs, out in reversed(entries):
+        cur = acc.get(out.uid)
+        if cur is None or out.uid in wanted:
+            continue
+        del acc[out.uid]
+        g = cur.value()
+        if cur.n > 1:
+            keep.append(g)
+        need = [x.uid in needed and _is_float(x) for x in ins]
+        if not builtins.any(need):
+            continue
+        grads: Sequence[Array | None]
+        if op == "alias" or op == "store":
+            grads = (g,)
+        elif op == "getitem":
+            x = ins[0]
+            t = acc.setdefault(x.uid, _Acc(x))
+            t.scatters.append((attrs[0], g))
+            continue
+        elif op == "transpose":
+            ax = attrs[0]
+            grads = (g.transpose(tuple(np.argsort(ax))) if ax is not None else g.transpose(),)
+        elif op == "reshape":
+            grads = (g.reshape(ins[0].shape),)
+        elif op == "reduce":
+            grads = (_reduce_vjp(g, val(out), val(ins[0]), *attrs),)
+        elif op == "matmul":
+            grads = _matmul_vjp(g, val(ins[0]), val(ins[1]), (need[0], need[1]))
+        elif op == "gather":
+            raise UnsupportedError(
+                "ft.grad: the gradient of integer-array or boolean indexing is not implemented "
+                "(use a one-hot matrix product or basic slicing)"
+            )
+        else:
+            rule = OPS[op].vjp
+            if rule is None:
+                continue  # comparisons, rounding, bitwise: no gradient
+            grads = rule(F, g, val(out), *[val(x) for x in ins])
+        for x, gx, nd in zip(ins, grads, need):
+            if gx is None or not nd:
+                continue
+            t = acc.get(x.uid) or acc.setdefault(x.uid, _Acc(x))
+            t.add(_unbroadcast(gx if isinstance(gx, Array) else asarray(gx, device=x.device), x))
+    res = []
+    for n in wrt:
+        a = acc.get(n.uid)
+        if a is None:
+            res.append(wrap(broadcast(asarray(np.zeros((), n.dtype), device=n.device)._node, n.shape)) * 1)
+        else:
+            res.append(a.value())
+    del keep
+    return res
+
+
+# ---------------------------------------------------------------------------------------------
+# the public transformations
+
+
+def _trace(fun: Callable[..., Any], args: tuple, argnums: tuple[int, ...], kwargs: dict) -> tuple:
+    """Run ``fun`` with fresh leaves for the differentiated arguments, recording the trace."""
+    call = list(args)
+    wrt: list[Node] = []
+    trees = []
+    for i in argnums:
+        if i >= len(call):
+            raise TypeError(f"argnums {i} is out of range for a call with {len(call)} positional argument(s)")
+        leaves, tree = pytree.flatten(call[i])
+        fresh = []
+        for leaf in leaves:
+            a = asarray(leaf)
+            if a.dtype.kind not in _DIFFERENTIABLE:
+                raise TypeError(
+                    f"ft.grad: differentiated inputs must be floating point, got {a.dtype} (argument {i}); "
+                    "pass integer arrays through a non-differentiated argument"
+                )
+            engine.realize((a,))
+            n = make_buffer(a._node.data, a.device)  # type: ignore[attr-defined]
+            wrt.append(n)
+            fresh.append(wrap(n))
+        trees.append(tree)
+        call[i] = pytree.unflatten(tree, fresh)
+    entries: list = []
+    prev_tape, prev_hook = _arr.TAPE, HOOK.tape
+    _arr.TAPE = entries
+
+    def alias(old: Node, new: Node) -> None:
+        if old is not new:
+            entries.append(("alias", (old,), (), new))
+
+    HOOK.tape = alias
+    try:
+        result = fun(*call, **kwargs)
+    finally:
+        _arr.TAPE, HOOK.tape = prev_tape, prev_hook
+    return result, entries, wrt, trees
+
+
+def _argnums(argnums: int | Sequence[int]) -> tuple[tuple[int, ...], bool]:
+    if isinstance(argnums, int):
+        return (argnums,), True
+    return tuple(argnums), False
+
+
+def _split(result: Any, has_aux: bool) -> tuple[Any, Any]:
+    if not has_aux:
+        return result, None
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise TypeError("has_aux=True: the function must return a pair (output, auxiliary data)")
+    return result
+
+
+def _grads_tree(grads: list[Array], trees: list, single: bool) -> Any:
+    out, k = [], 0
+    for tree in trees:
+        n = _count_leaves(tree)
+        out.append(pytree.unflatten(tree, grads[k : k + n]))
+        k += n
+    return out[0] if single else tuple(out)
+
+
+def _count_leaves(tree: Any) -> int:
+    if tree == pytree.LEAF:
+        return 1
+    kind = tree[0]
+    if kind in ("list", "tuple"):
+        kids = tree[1]
+        return kids if type(kids) is int else builtins.sum(_count_leaves(c) for c in kids)
+    return builtins.sum(_count_leaves(c) for c in tree[-1])
+
+
+def value_and_grad(
+    fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False
+) -> Callable[..., Any]:
+    """``fun``'s value and its gradient with respect to argument(s) ``argnums`` (JAX's API).
+
+    ``fun`` returns a scalar (a 0-d or one-element array), or ``(scalar, aux)`` with
+    ``has_aux=True``; arguments may be pytrees (lists, tuples, dicts) of float arrays. The value
+    and the gradients are lazy fusetree arrays: evaluate them together (``ft.evaluate``) and the
+    forward and backward kernels are planned at once.
+
+    >>> import numpy as np, fusetree as ft
+    >>> w = ft.asarray(np.array([[1.0, 2.0], [3.0, 4.0]]))
+    >>> x = ft.asarray(np.array([1.0, -1.0]))
+    >>> loss, (gw, gx) = ft.value_and_grad(lambda w, x: ft.sum((w @ x) ** 2), argnums=(0, 1))(w, x)
+    >>> float(loss), gw.numpy().tolist(), gx.numpy().tolist()
+    (2.0, [[-2.0, 2.0], [-2.0, 2.0]], [-8.0, -12.0])
+    """
+    nums, single = _argnums(argnums)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        result, entries, wrt, trees = _trace(fun, args, nums, kwargs)
+        out, aux = _split(result, has_aux)
+        if not isinstance(out, Array):
+            out = asarray(out)
+        if out.size != 1:
+            raise ShapeError(f"ft.grad: the function must return a scalar, got an array of shape {out.shape}")
+        if out.dtype.kind not in _DIFFERENTIABLE:
+            raise TypeError(f"ft.grad: the function's output must be floating point, got {out.dtype}")
+        seed = asarray(np.ones(out.shape, out.dtype), device=out.device)
+        grads = backward(entries, [out._node], [seed], wrt)
+        g = _grads_tree(grads, trees, single)
+        return ((out, aux), g) if has_aux else (out, g)
+
+    wrapped.__name__ = f"value_and_grad({getattr(fun, '__name__', 'fun')})"
+    return wrapped
+
+
+def grad(
+    fun: Callable[..., Any], argnums: int | Sequence[int] = 0, has_aux: bool = False
+) -> Callable[..., Any]:
+    """The gradient of scalar-valued ``fun`` with respect to argument(s) ``argnums`` (JAX's API;
+    see :func:`value_and_grad`).
+
+    >>> import numpy as np, fusetree as ft
+    >>> ft.grad(lambda x: ft.sum(x * x))(ft.asarray(np.array([1.0, 2.0]))).numpy().tolist()
+    [2.0, 4.0]
+    """
+    vg = value_and_grad(fun, argnums, has_aux)
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        if has_aux:
+            (_, aux), g = vg(*args, **kwargs)
+            return g, aux
+        return vg(*args, **kwargs)[1]
+
+    wrapped.__name__ = f"grad({getattr(fun, '__name__', 'fun')})"
+    return wrapped
+
+
+def vjp(fun: Callable[..., Any], *primals: Any, has_aux: bool = False) -> tuple:
+    """``(fun(*primals), vjp_fn)`` (and ``aux`` with ``has_aux=True``): ``vjp_fn(cotangent)`` gives
+    the cotangent of every primal (a tuple) for a cotangent of the output (same pytree as the
+    output). JAX's API.
+
+    >>> import numpy as np, fusetree as ft
+    >>> y, f_vjp = ft.vjp(lambda x: x * 3.0, ft.asarray(np.array([1.0, 2.0])))
+    >>> f_vjp(ft.asarray(np.array([1.0, 10.0])))[0].numpy().tolist()
+    [3.0, 30.0]
+    """
+    nums = tuple(range(len(primals)))
+    result, entries, wrt, trees = _trace(fun, primals, nums, {})
+    out, aux = _split(result, has_aux)
+    out_leaves, out_tree = pytree.flatten(out)
+
+    def vjp_fn(ct: Any) -> tuple:
+        ct_leaves, ct_tree = pytree.flatten(ct)
+        if ct_tree != out_tree or len(ct_leaves) != len(out_leaves):
+            raise ShapeError("vjp: the cotangent's structure differs from the output's")
+        outs, cts = [], []
+        for o, c in zip(out_leaves, ct_leaves):
+            if isinstance(o, Array):
+                c = c if isinstance(c, Array) else asarray(c, device=o.device)
+                if c.shape != o.shape:
+                    raise ShapeError(f"vjp: cotangent shape {c.shape} differs from the output's {o.shape}")
+                outs.append(o._node)
+                cts.append(c)
+        grads = backward(entries, outs, cts, wrt)
+        return _grads_tree(grads, trees, False)
+
+    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+
+
+__all__ = ["backward", "grad", "value_and_grad", "vjp"]
