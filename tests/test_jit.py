@@ -196,3 +196,23 @@ def test_repeated_arguments_fast_path_sees_new_arrays_and_aliasing(rng):
     assert ft.stats()["traces"] == 2
     f(fp, fg)  # back to distinct arrays: the first trace again
     assert ft.stats()["traces"] == 2
+
+
+def test_arrays_created_inside_a_trace_are_fresh_per_call_and_filled_by_the_replay(rng):
+    """ft.empty/zeros inside ft.jit: partial stores into them replay into new memory each call
+    (the returned array was a view of a 3-element buffer, two elements garbage, before)."""
+
+    def g(x, y):
+        out = ft.empty((5,), dtype=np.float64)
+        out[0:3] = x * 2
+        out[3:5] = y + 1
+        z = ft.zeros((2,), dtype=np.float64)
+        z[1:] = y[:1]
+        return out, z
+
+    f = ft.jit(g)
+    for _ in range(3):
+        a, b = rng.standard_normal(3), rng.standard_normal(2)
+        out, z = f(ft.asarray(a), ft.asarray(b))
+        np.testing.assert_array_equal(out.numpy(), np.concatenate([a * 2, b + 1]))
+        np.testing.assert_array_equal(z.numpy(), [0.0, b[0]])

@@ -109,6 +109,7 @@ class Trace:
     n_inputs: int
     ops: list = field(default_factory=list)
     constants: list = field(default_factory=list)  # (root index, array)
+    allocs: list = field(default_factory=list)  # (root index, shape, dtype): ft.empty & co. in the trace
     n_roots: int = 0
     results: list = field(default_factory=list)  # (Desc | None, python value) per returned item
     out_tree: Any = pytree.LEAF  # the structure of what the function returns
@@ -198,6 +199,10 @@ class _Recorder:
     ) -> None:
         slots = tuple(tuple(self.desc(a) for a in arrays) for arrays in slot_arrays)
         self.trace.ops.append(HKernel(launcher, spec, sizes, slots, scalars, [None, None]))
+
+    def alloc(self, a: Any) -> None:
+        """An array the traced function created (``ft.empty``/``zeros``...): a new root per call."""
+        self.trace.allocs.append((self._add_root(a), tuple(a.shape), a.dtype))
 
     def gemm(self, be: Any, operands: list[Any], out: Any) -> None:
         descs = tuple(self.desc(x) for x in operands)
@@ -460,6 +465,9 @@ class JitFunction:
                 k += 1
         for i, c in trace.constants:
             roots[i] = c
+        for i, shape, dt in trace.allocs:
+            if roots[i] is None:
+                roots[i] = be.empty(shape, dt)
         n_launch = n_kernel = n_gemm = n_copy = 0
         prepared = trace.prepared
         if prepared is None:
@@ -750,6 +758,9 @@ def _prepare(trace: Trace, be: Any) -> list:
 
 def _allocate(trace: Trace, be: Any, roots: list[Any]) -> None:
     """Allocate every buffer the trace makes (kernel outputs, GEMM results) into ``roots``."""
+    for i, shape, dt in trace.allocs:
+        if roots[i] is None:
+            roots[i] = be.empty(shape, dt)
     for op in trace.ops:
         if isinstance(op, Kernel | FrameKernel):
             for o in op.outputs:

@@ -201,6 +201,18 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
             grads = (_reduce_vjp(g, val(out), val(ins[0]), *attrs),)
         elif op == "matmul":
             grads = _matmul_vjp(g, val(ins[0]), val(ins[1]), (need[0], need[1]))
+        elif op == "concat":
+            ax, off, parts = attrs[0], 0, []
+            for x in ins:
+                n = x.shape[ax]
+                parts.append(g[(slice(None),) * ax + (slice(off, off + n),)])
+                off += n
+            grads = parts
+        elif op == "boundary":
+            raise UnsupportedError(
+                f"ft.grad: {attrs[0]} has no gradient rule (it runs in the backend); the gradient "
+                "of a differentiated input passes through it"
+            )
         elif op == "gather":
             raise UnsupportedError(
                 "ft.grad: the gradient of integer-array or boolean indexing is not implemented "

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from .. import backends
+from ..engine.state import HOOK
 from ..errors import ShapeError
 from ..ir import dtypes
 from ..ir.node import make_buffer
@@ -45,6 +46,11 @@ def _creation(shape: Any, dtype: Any, device: str | None, fill: Any) -> Array:
     dt = dtypes.check(np.float64 if dtype is None else dtype, "array creation")
     be = backends.get(device or "cpu")
     data = be.empty(shape, dt)
+    rec = HOOK.recorder
+    if rec is not None:  # inside ft.jit: fresh memory per call, the fill a recorded copy
+        rec.alloc(data)
+        if fill is not None:
+            rec.copy(be, data, fill)
     if fill is not None:
         data[...] = fill
     return wrap(make_buffer(data, be.device))

@@ -22,11 +22,14 @@ from typing import Any
 import numpy as np
 
 from .. import backends
-from ..errors import UnsupportedError
+from ..engine.state import HOOK
+from ..errors import DeviceError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir.node import make_buffer
+from . import array as _arr
 from .array import Array, elementwise, wrap
 from .creation import asarray as _asarray
+from .creation import empty as _empty
 
 __array_api_version__ = "2023.12"
 
@@ -157,6 +160,11 @@ def boundary(
     ``module``: "linalg", "fft"), wrap the results."""
 
     def f(*args: Any, **kwargs: Any) -> Any:
+        if HOOK.recorder is not None:  # the backend's call would run once, at trace time
+            raise UnsupportedError(
+                f"{name or np_name} inside an ft.jit function: it runs in the backend, outside the "
+                "recorded kernels, so a replay would not repeat it; call it outside ft.jit"
+            )
         device = _device(*args, *kwargs.values())
         xp = backends.get(device).xp
         fn = getattr(getattr(xp, module) if module else xp, np_name, None)
@@ -165,7 +173,13 @@ def boundary(
                 f"{name or np_name}: the {device} backend ({xp.__name__}) has no {np_name}"
             )
         out = fn(*[_data(a) for a in args], **{k: _data(v) for k, v in kwargs.items()})
-        return _wrap(out, device, as_list)
+        res = _wrap(out, device, as_list)
+        if _arr.TAPE is not None:  # no gradient rule: an error if a gradient must pass through
+            ins = tuple(a._node for a in _flat(args, kwargs) if isinstance(a, Array))
+            for r in _flat((res,), {}):
+                if isinstance(r, Array):
+                    _arr.record("boundary", ins, (name or np_name,), r._node)
+        return res
 
     f.__name__ = name or np_name
     f.__doc__ = (
@@ -175,10 +189,82 @@ def boundary(
     return f
 
 
+def _flat(args: Any, kwargs: dict) -> list:
+    out: list = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, list | tuple):
+            out.extend(_flat(a, {}))
+        else:
+            out.append(a)
+    return out
+
+
+def concat(arrays: Any, /, *, axis: int | None = 0) -> Array:
+    """Join arrays along an existing axis (``axis=None``: flattened first), like ``np.concat``.
+
+    Written by fusetree kernels (each piece is stored into its slice of the result), so it works
+    inside ``ft.jit`` and has a gradient (the result's cotangent is sliced back).
+
+    >>> import numpy as np, fusetree as ft
+    >>> ft.concat([ft.asarray(np.zeros((1, 2))), ft.asarray(np.ones((2, 2)))]).numpy().tolist()
+    [[0.0, 0.0], [1.0, 1.0], [1.0, 1.0]]
+    """
+    arrs = [a if isinstance(a, Array) else _asarray(a) for a in arrays]
+    if not arrs:
+        raise ShapeError("concat: need at least one array")
+    if axis is None:
+        arrs = [a.reshape(-1) for a in arrs]
+        axis = 0
+    nd = arrs[0].ndim
+    if nd == 0 or builtins.any(a.ndim != nd for a in arrs):
+        raise ShapeError(
+            f"concat: arrays must have the same number of dimensions (>= 1), got shapes {[a.shape for a in arrs]}"
+        )
+    ax = axis + nd if axis < 0 else axis
+    if not 0 <= ax < nd:
+        raise ShapeError(f"concat: axis {axis} is out of bounds for {nd}-d arrays")
+    rest = [a.shape[:ax] + a.shape[ax + 1 :] for a in arrs]
+    if builtins.any(r != rest[0] for r in rest):
+        raise ShapeError(f"concat: shapes {[a.shape for a in arrs]} differ outside axis {axis}")
+    devices = {a.device for a in arrs}
+    if len(devices) > 1:
+        raise DeviceError(f"concat: arrays are on different devices {sorted(devices)}")
+    dt = np.result_type(*[a.dtype for a in arrs])
+    shape = arrs[0].shape[:ax] + (builtins.sum(a.shape[ax] for a in arrs),) + arrs[0].shape[ax + 1 :]
+    out = _empty(shape, dt, arrs[0].device)
+    tape, _arr.TAPE = _arr.TAPE, None  # the stores are the concat's own (one entry for it below)
+    try:
+        off = 0
+        for a in arrs:
+            n = a.shape[ax]
+            out[(slice(None),) * ax + (slice(off, off + n),)] = a
+            off += n
+    finally:
+        _arr.TAPE = tape
+    if tape is not None:
+        _arr.record("concat", tuple(a._node for a in arrs), (ax,), out._node)
+    return out
+
+
+def stack(arrays: Any, /, *, axis: int = 0) -> Array:
+    """Join same-shape arrays along a new axis, like ``np.stack`` (see :func:`concat`)."""
+    arrs = [a if isinstance(a, Array) else _asarray(a) for a in arrays]
+    if not arrs:
+        raise ShapeError("stack: need at least one array")
+    if builtins.any(a.shape != arrs[0].shape for a in arrs):
+        raise ShapeError(f"stack: arrays must have one shape, got {[a.shape for a in arrs]}")
+    nd = arrs[0].ndim + 1
+    ax = axis + nd if axis < 0 else axis
+    if not 0 <= ax < nd:
+        raise ShapeError(f"stack: axis {axis} is out of bounds for {nd}-d results")
+    s = arrs[0].shape
+    return concat([a.reshape(s[:ax] + (1,) + s[ax:]) for a in arrs], axis=ax)
+
+
 BOUNDARIES = {
     name: boundary(np_name, name)
     for name, np_name in {
-        "concat": "concat", "stack": "stack", "unstack": "unstack", "expand_dims": "expand_dims",
+        "unstack": "unstack", "expand_dims": "expand_dims",
         "squeeze": "squeeze", "flip": "flip", "roll": "roll", "permute_dims": "permute_dims",
         "moveaxis": "moveaxis", "broadcast_to": "broadcast_to", "broadcast_arrays": "broadcast_arrays",
         "repeat": "repeat", "tile": "tile", "take": "take", "take_along_axis": "take_along_axis",
@@ -188,7 +274,7 @@ BOUNDARIES = {
         "cumulative_prod": "cumulative_prod", "count_nonzero": "count_nonzero", "diff": "diff",
         "tensordot": "tensordot", "vecdot": "vecdot", "matrix_transpose": "matrix_transpose",
         "tril": "tril", "triu": "triu", "meshgrid": "meshgrid", "arange": "arange", "linspace": "linspace",
-        "eye": "eye", "from_dlpack": "from_dlpack", "concatenate": "concatenate",
+        "eye": "eye", "from_dlpack": "from_dlpack",
     }.items()
 }  # fmt: skip
 
@@ -205,6 +291,8 @@ def _creation(np_name: str) -> Callable[..., Any]:
 
 for _n in ("arange", "linspace", "eye"):
     BOUNDARIES[_n] = _creation(_n)
+BOUNDARIES["concat"] = BOUNDARIES["concatenate"] = concat
+BOUNDARIES["stack"] = stack
 BOUNDARIES["meshgrid"] = boundary("meshgrid", as_list=True)
 BOUNDARIES["broadcast_arrays"] = boundary("broadcast_arrays", as_list=True)
 
