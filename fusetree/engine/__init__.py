@@ -4,10 +4,19 @@ and launched by :mod:`fusetree.backends`.
 """
 
 from .kernels import cache_info
-from .realization import assign, clear_cache, compute_gemm, realize, realize_node, set_buffer, write_barrier
+from .realization import (
+    assign,
+    clear_cache,
+    compute_gemm,
+    realize,
+    realize_node,
+    set_buffer,
+    write_barrier,
+    write_group,
+)
 from .state import HOOK, PENDING, check_readable, drop, reset_stats, stats
 from .stores import defer, deferring, flush, queued_store
 
 __all__ = ["HOOK", "PENDING", "assign", "cache_info", "check_readable", "clear_cache", "compute_gemm", "defer",
            "deferring", "drop", "flush", "queued_store", "realize", "realize_node", "reset_stats", "set_buffer",
-           "stats", "write_barrier"]  # fmt: skip
+           "stats", "write_barrier", "write_group"]  # fmt: skip

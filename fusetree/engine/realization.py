@@ -26,6 +26,7 @@ from ..ir.node import (
     layout_class,
     make_buffer,
     make_contiguous,
+    make_op,
     merge_leaves,
     span_of,
 )
@@ -458,6 +459,41 @@ def assign(target: Any, device: str, vnode: Node, owner: Any,
         for e, d in zip(extras, rest):
             for w in e.arrays:
                 set_buffer(w, d, device)
+
+
+def write_group(values: Sequence[Any], targets: Sequence[Any], device: str) -> None:
+    """Compute pending arrays ``values`` into ``targets`` (backend views of fresh memory nothing
+    else reads; None: new memory, and the array becomes a buffer over it), one kernel per shape.
+    The autodiff's scatter of several cotangents into the slices of one gradient (an LSTM's four
+    gates) is one launch this way."""
+    if STORES:
+        HOOK.flush()
+    with LOCK:
+        ctx = context(device)
+        groups: dict[tuple, list] = {}
+        for v, t in zip(values, targets):
+            n = v._node
+            if n.op == "buffer" or n.op == "matmul":
+                data = n.data if n.op == "buffer" else compute_gemm(n)  # type: ignore[attr-defined]
+                if t is None:
+                    set_buffer(v, data, device)
+                else:
+                    executor.copy(ctx.be, t, data)
+                continue
+            if t is not None and n.dtype != t.dtype:
+                n = make_op("astype", (n,), t.dtype, n.shape, device, (t.dtype,))
+            groups.setdefault(n.shape, []).append((n, t, v))
+        for shape, items in groups.items():
+            lays = ["C" if t is None else _target_layout(t) for _, t, _ in items]
+            outs = run_group([n for n, _, _ in items], [], device, shape, [t for _, t, _ in items], lays)
+            for (_, t, v), o in zip(items, outs):
+                if t is None:
+                    set_buffer(v, o, device)
+
+
+def _target_layout(t: Any) -> str:
+    lay = layout_class(tuple(t.shape), tuple(t.strides), t.dtype.itemsize)
+    return "S" if lay == "R" else lay
 
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:

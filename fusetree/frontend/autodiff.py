@@ -59,6 +59,7 @@ class _Namespace:
 
 F = _Namespace()
 _DIFFERENTIABLE = "fc"  # dtype kinds that carry gradients
+_DEEP = 4  # a summed cotangent reading more leaves than this is realized where it is complete
 
 
 def _is_float(n: Node) -> bool:
@@ -81,31 +82,64 @@ class _Acc:
         self.dense = g if self.dense is None else self.dense + g
         self.n += 1
 
-    def value(self) -> Array:
+    def value(self, keep: list[Array]) -> Array:
         n = self.node
         if not self.scatters:
             assert self.dense is not None
             return self.dense
         buf = empty(n.shape, n.dtype, n.device)
-        buf[...] = 0.0  # a kernel (ft.jit replays it), not a host fill frozen into the trace
-        for key, g in self.scatters:
-            buf[key] = buf[key] + g
+        keys = [k for k, _ in self.scatters]
+        disjoint, covered = _tiling(n.shape, keys)
         self.n += len(self.scatters)
+        if disjoint:  # one kernel per shape writes every piece into its slice (and the live sums)
+            if not covered:
+                buf[...] = 0.0
+            data = buf._node.data  # type: ignore[attr-defined]
+            live = [k for k in keep if k._node.op != "buffer" and k.device == n.device]
+            engine.write_group(
+                [g for _, g in self.scatters] + live, [data[k] for k in keys] + [None] * len(live), n.device
+            )
+        else:  # overlapping index views accumulate one by one
+            buf[...] = 0.0  # a kernel (ft.jit replays it), not a host fill frozen into the trace
+            for key, g in self.scatters:
+                buf[key] = buf[key] + g
         return buf if self.dense is None else buf + self.dense
 
 
+_TILINGS: dict[tuple, tuple[bool, bool]] = {}
+
+
+def _tiling(shape: tuple[int, ...], keys: list) -> tuple[bool, bool]:
+    """(the index views are pairwise disjoint, together they cover the whole array)."""
+    try:
+        k = (shape, tuple(keys))
+        hash(k)
+    except TypeError:
+        k = None
+    r = _TILINGS.get(k) if k is not None else None
+    if r is None:
+        count = np.zeros(shape, np.int32)
+        for key in keys:
+            count[key] += 1
+        r = (bool(count.max(initial=0) <= 1), bool(count.min(initial=1) >= 1))
+        if k is not None:
+            if len(_TILINGS) > 1024:
+                _TILINGS.clear()
+            _TILINGS[k] = r
+    return r
+
+
 def _unbroadcast(g: Array, n: Node) -> Array:
-    """``g`` (a cotangent of ``n`` broadcast) summed back to ``n``'s shape and cast to its dtype."""
+    """``g`` (a cotangent of ``n`` broadcast) summed back to ``n``'s shape and cast to its dtype
+    (leading axes summed away, size-1 axes kept: no reshape of a pending reduction)."""
     shape = n.shape
     if g.shape != shape:
         lead = g.ndim - len(shape)
-        axes = tuple(range(lead)) + tuple(
-            lead + k for k, s in enumerate(shape) if s == 1 and g.shape[lead + k] != 1
-        )
-        if axes:
-            g = F.sum(g, axis=axes, keepdims=True)
-        if g.shape != shape:
-            g = g.reshape(shape)
+        if lead:
+            g = F.sum(g, axis=tuple(range(lead)))
+        ones = tuple(k for k, s in enumerate(shape) if s == 1 and g.shape[k] != 1)
+        if ones:
+            g = F.sum(g, axis=ones, keepdims=True)
     if g.dtype != n.dtype:
         g = g.astype(n.dtype)
     return g
@@ -178,8 +212,14 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
         if cur is None or out.uid in wanted:
             continue
         del acc[out.uid]
-        g = cur.value()
+        g = cur.value(keep)
         if cur.n > 1:
+            # a sum of several contributions (a value used twice: an RNN's state). Every tree built
+            # from here on reads it: when it is deep, give it memory now, or the next step's trees
+            # would recompute it (a chain through time); a shallow one is kept live instead, so the
+            # live-value rule stores it if a realized tree computes it anyway
+            if len(g._node.leaves) > _DEEP:
+                engine.realize((g,))
             keep.append(g)
         need = [x.uid in needed and _is_float(x) for x in ins]
         if not builtins.any(need):
@@ -234,7 +274,7 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
         if a is None:
             res.append(wrap(broadcast(asarray(np.zeros((), n.dtype), device=n.device)._node, n.shape)) * 1)
         else:
-            res.append(a.value())
+            res.append(a.value(keep))
     del keep
     return res
 
