@@ -45,7 +45,7 @@ from ..ir.node import Node, make_buffer
 from ..ir.ops import OPS
 from . import array as _arr
 from .array import Array, broadcast, matmul, wrap
-from .creation import asarray, empty
+from .creation import asarray, empty, full, zeros
 
 
 class _Namespace:
@@ -272,7 +272,7 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
     for n in wrt:
         a = acc.get(n.uid)
         if a is None:
-            res.append(wrap(broadcast(asarray(np.zeros((), n.dtype), device=n.device)._node, n.shape)) * 1)
+            res.append(zeros(n.shape, n.dtype, n.device))
         else:
             res.append(a.value(keep))
     del keep
@@ -383,7 +383,7 @@ def value_and_grad(
             raise ShapeError(f"ft.grad: the function must return a scalar, got an array of shape {out.shape}")
         if out.dtype.kind not in _DIFFERENTIABLE:
             raise TypeError(f"ft.grad: the function's output must be floating point, got {out.dtype}")
-        seed = asarray(np.ones(out.shape, out.dtype), device=out.device)
+        seed = full(out.shape, 1, out.dtype, out.device)  # ft.jit records the fill
         grads = backward(entries, [out._node], [seed], wrt)
         g = _grads_tree(grads, trees, single)
         return ((out, aux), g) if has_aux else (out, g)
