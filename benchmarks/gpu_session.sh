@@ -36,7 +36,7 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     lstmseq) LIMIT=${SEQ_LIMIT:-300} TAILN=40 run lstmseq python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --modes fusetree,fusetree-jit,fusetree-graph,cupy-handwritten,torch-lstmcell,torch-compile --json "$OUT/lstm_seq_gpu.json";;
     lstmh) LIMIT=300 TAILN=30 run lstmh python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --no-sequence --modes fusetree,fusetree-jit,fusetree-graph,cupy-unfused,cupy-handwritten,torch-lstmcell --json "$OUT/lstm_h.json";;
     autodiff) LIMIT=300 TAILN=8 run autodiff python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py -k "autodiff or char_lstm";;
-    train) LIMIT=${TRAIN_LIMIT:-400} TAILN=14 run train python3 benchmarks/train_lstm.py --device cuda --steps ${TRAIN_STEPS:-5} --repeats 3 --check 5 --json "$OUT/train_gpu.json";;
+    train) LIMIT=${TRAIN_LIMIT:-400} TAILN=14 run train python3 benchmarks/train_lstm.py --device cuda --steps ${TRAIN_STEPS:-5} --repeats 3 --check 5 --curve ${TRAIN_CURVE:-150} --plot "$OUT/train_gpu.png" --json "$OUT/train_gpu.json";;
     lstmq) LIMIT=300 TAILN=45 run lstmq python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --modes fusetree,fusetree-jit,fusetree-unfused,cupy-unfused,cupy-fuse,cupy-handwritten,torch-eager,torch-lstmcell --json "$OUT/lstm_gpu.json";;
   esac
 done

@@ -146,6 +146,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     ap.add_argument("--check", type=int, default=5, help="steps for the loss comparison with torch")
     ap.add_argument("--modes", default="fusetree,fusetree-jit,fusetree-graph,torch-cudnn,torch-lstmcell")
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--curve", type=int, default=0, help="also train this many steps (fresh batches) per mode"
+    )
+    ap.add_argument("--plot", default=None, help="loss curves of --curve to this PNG (matplotlib)")
     a = ap.parse_args(argv)
     modes = [m for m in a.modes.split(",") if a.device == "cuda" or "graph" not in m]
     try:
@@ -188,6 +192,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
             def to_float(x) -> float:
                 return float(x.item())
 
+        curve: list[float] = []
+        if a.curve:  # a longer run from the same start on fresh batches: the loss curve
+            cb = C.Batches(text, T, B, 1)
+            if mode.startswith("fusetree"):
+                ctr = C.Trainer(
+                    init,
+                    a.device,
+                    {"fusetree": "eager", "fusetree-jit": "jit", "fusetree-graph": "graph"}[mode],
+                )
+                curve = [float(ctr.step(*cb.next())) for _ in range(a.curve)]
+            else:
+                cstep, cdev = torch_model(init, probe.vocab, H, a.device, cell=mode == "torch-lstmcell")
+                for k in range(a.curve):
+                    x, y = cb.next()
+                    lr_k = 1e-2 * math.sqrt(1 - 0.999 ** (k + 1)) / (1 - 0.9 ** (k + 1))
+                    curve.append(
+                        float(cstep(torch.from_numpy(x).to(cdev), torch.from_numpy(y).to(cdev), lr_k).item())
+                    )
         # the loss from the same start over the first --check steps (lr 1e-2 like the Trainer's default)
         if mode.startswith("fusetree"):
             tr.lr = 1e-2
@@ -229,7 +251,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 launches = sum(1 for e in prof.events() if e.device_type.name == "CUDA") / T
         rows.append({"mode": mode, "ms_per_step": med * 1e3, "tokens_per_s": T * B / med,
                      "launches_per_time_step": launches, "gpu_busy": busy,
-                     "loss_after_check": losses[mode][-1], "losses": losses[mode]})  # fmt: skip
+                     "loss_after_check": losses[mode][-1], "losses": losses[mode], "curve": curve})  # fmt: skip
         print(f"{mode}: {med * 1e3:.2f} ms/step", file=sys.stderr, flush=True)
     ref = losses.get("torch-cudnn")
     print(
@@ -244,6 +266,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
         lps = "-" if r["launches_per_time_step"] is None else f"{r['launches_per_time_step']:.1f}"
         print(f"| {r['mode']} | {r['ms_per_step']:.2f} | {r['tokens_per_s']:.0f} | {lps} | {busy} | "
               f"{r['loss_after_check']:.4f} | {dl} |")  # fmt: skip
+    if a.plot and a.curve:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+
+            fig, ax = plt.subplots(figsize=(7, 4))
+            for r in rows:
+                ax.plot(range(1, len(r["curve"]) + 1), r["curve"], label=r["mode"], lw=1)
+            ax.set_xlabel("step")
+            ax.set_ylabel("cross-entropy (nats/char)")
+            ax.set_title(f"char-LSTM B{B} H{H} T{T}, {a.device}: same init, same batches")
+            ax.legend()
+            fig.tight_layout()
+            fig.savefig(a.plot, dpi=110)
+        except ImportError:
+            print("matplotlib is not installed: no plot", file=sys.stderr)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"config": vars(a), "rows": rows}, f, indent=1)
