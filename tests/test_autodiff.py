@@ -333,3 +333,41 @@ def test_concat_is_recorded_by_jit_and_backend_boundaries_refuse_it(rng):
         np.testing.assert_allclose(f(ft.asarray(a), ft.asarray(b)).numpy(), np.concatenate([a * 2, b + 1]))
     with pytest.raises(ft.UnsupportedError, match="inside an ft.jit"):
         ft.jit(lambda x: ft.flip(x))(ft.asarray(a))
+
+
+def test_an_rnn_writing_its_outputs_into_a_fresh_array(rng):
+    """lstm_ref.lstm_layer's pattern: Y = empty; Y[t] = h; h = Y[t] (partial stores into fresh
+    memory, read back), then a GEMM over all of Y."""
+    from lstm_ref import lstm_layer
+
+    T, B, n_in, H = 3, 2, 4, 3
+    X = rng.standard_normal((T, B, n_in))
+    h0, c0 = rng.standard_normal((B, H)), rng.standard_normal((B, H))
+    P = [rng.standard_normal(s) * 0.5 for s in ((n_in, 4 * H), (H, 4 * H), (4 * H,), (H, 2))]
+
+    def f(Wx, Wh, b, Wo, xp):
+        Y = xp.empty((T, B, H)) if xp is ft else np.empty((T, B, H))
+        Y, c = lstm_layer(X if xp is np else ft.asarray(X), h0, c0, Wx, Wh, b, Y, xp if xp is ft else NumpyXP)
+        return xp.sum(xp.tanh(Y.reshape(T * B, H) @ Wo)) + xp.sum(c * c)
+
+    check_grad(lambda *p: f(*p, ft), lambda *p: float(f(*p, np)), P)
+    with pytest.raises(ft.UnsupportedError, match="read the elements"):
+
+        def bad(w):
+            Y = ft.zeros((2, 3)) * 1.0
+            ft.evaluate(Y)
+            s = ft.sum(Y[0] * w)
+            Y[0] = w  # overwrites what s read
+            return s
+
+        ft.grad(bad)(ft.asarray(rng.standard_normal(3)))
+
+
+def test_numpy_array_at_fusetree_array_is_a_fusetree_gemm_with_a_gradient(rng):
+    h0, W = rng.standard_normal((2, 3)), rng.standard_normal((3, 3))
+    y = h0 @ ft.asarray(W)  # NumPy's matmul ufunc defers to fusetree
+    assert isinstance(y, ft.Array)
+    np.testing.assert_allclose(y.numpy(), h0 @ W)
+    check_grad(lambda w: ft.sum(ft.tanh(h0 @ w)), lambda w: float(np.sum(np.tanh(h0 @ w))), [W])
+    with pytest.raises(ft.UnsupportedError, match="outside the gradient trace"):
+        ft.grad(lambda w: ft.sum(ft.asarray(np.cbrt(w))))(ft.asarray(W))

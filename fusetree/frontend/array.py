@@ -33,14 +33,31 @@ _COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater",
 _WEAK = (builtins.float, builtins.int, builtins.bool)
 
 
-# The gradient trace being recorded (frontend.autodiff), else None: a list of entries
-# (op, operand nodes, attrs, result node) appended by the operators, views, reductions and GEMMs.
-TAPE: list | None = None
+class Tape(list):
+    """A gradient trace (frontend.autodiff): entries (op, operand nodes, attrs, result node)
+    appended by the operators, views, reductions and GEMMs, and what partial stores must check:
+    the nodes some entry produced, read whole, or read through index views (with the keys)."""
+
+    def __init__(self, wrt: set[int]) -> None:
+        super().__init__()
+        self.produced: set[int] = set(wrt)  # differentiated inputs count as produced
+        self.whole: set[int] = set()
+        self.parts: dict[int, list] = {}
+
+
+TAPE: Tape | None = None
 
 
 def record(op: str, inputs: tuple, attrs: tuple, out: Node) -> None:
     """Append one step to the gradient trace (callers check ``TAPE is not None`` first)."""
-    TAPE.append((op, inputs, attrs, out))  # type: ignore[union-attr]
+    t = TAPE
+    t.append((op, inputs, attrs, out))  # type: ignore[union-attr]
+    t.produced.add(out.uid)  # type: ignore[union-attr]
+    if op == "getitem" and inputs[0].op == "buffer":
+        t.parts.setdefault(inputs[0].uid, []).append(attrs[0])  # type: ignore[union-attr]
+    else:
+        for x in inputs:
+            t.whole.add(x.uid)  # type: ignore[union-attr]
 
 
 class Array:
@@ -180,6 +197,13 @@ class Array:
         name = {"divide": "true_divide", "abs": "absolute"}.get(ufunc.__name__, ufunc.__name__)
         if method == "__call__" and not kwargs and name in OPS and OPS[name].arity == len(inputs):
             return elementwise(name, *inputs)
+        if method == "__call__" and not kwargs and name == "matmul" and len(inputs) == 2:
+            return matmul(*inputs)  # ``numpy_array @ fusetree_array``: a fusetree GEMM
+        if TAPE is not None:
+            raise UnsupportedError(
+                f"NumPy's {name}.{method} on a fusetree array inside a function being differentiated: "
+                "it would compute in NumPy, outside the gradient trace; use fusetree's functions"
+            )
         arrays = [np.asarray(x) if isinstance(x, Array) else x for x in inputs]
         return getattr(ufunc, method)(*arrays, **kwargs)
 
@@ -350,12 +374,13 @@ class Array:
 
     def _traced_store(self, key: Any, value: Any) -> None:
         """``self[...] = value`` while a gradient is traced: the array is rebound to the value (a
-        functional update, so the values the backward pass reads are never overwritten)."""
+        functional update, so the values the backward pass reads are never overwritten). A
+        partial store ``y[k] = v`` writes memory that nothing in the trace computed or has read
+        (``y = ft.empty(...)`` filled slice by slice, an RNN's outputs): ``v``'s cotangent is
+        ``y``'s, sliced."""
         if not (key is Ellipsis or key == _ALL):
-            raise UnsupportedError(
-                f"a partial store (x[{key!r}] = ...) inside a function being differentiated: build "
-                "the value with ft.where or indexing instead (stores are rebinds under ft.grad)"
-            )
+            self._traced_partial_store(key, value)
+            return
         vnode = as_node(value, self.device)
         if vnode.op != "scalar" and vnode.shape != self.shape and \
                 broadcast_shape("assignment", [vnode.shape, self.shape], False) != self.shape:  # fmt: skip
@@ -373,6 +398,33 @@ class Array:
         if self._pref is None:
             r = self._pref = _ref(self, _drop)
             _PENDING[id(r)] = r
+
+    def _traced_partial_store(self, key: Any, value: Any) -> None:
+        tape = TAPE
+        assert tape is not None
+        n = self._node
+        vkey = view_index(key)
+        why = ""
+        if _advanced(key):
+            why = "integer-array or boolean indexes"
+        elif n.op != "buffer" or n.uid in tape.produced:
+            why = "the array is computed in the function (or differentiated)"
+        elif n.uid in tape.whole or _overlaps_any(n.shape, vkey, tape.parts.get(n.uid, ())):
+            why = "the function read the elements it overwrites"
+        if why:
+            raise UnsupportedError(
+                f"a partial store (x[{key!r}] = ...) inside a function being differentiated: {why}; "
+                "store into a fresh array (ft.empty) that is read only after it is written, or build "
+                "the value with ft.where / ft.concat"
+            )
+        vnode = as_node(value, self.device)
+        globals()["TAPE"] = None  # the store itself is not differentiated: one entry for it below
+        try:
+            self[key] = value
+        finally:
+            globals()["TAPE"] = tape
+        tape.append(("setitem", (vnode,), (vkey,), n))
+        tape.whole.add(vnode.uid)
 
     def _inplace(self, name: str, other: Any) -> Array:
         """``self <op>= other``: NumPy's ``ufunc(self, other, out=self, casting="same_kind")``.
@@ -467,6 +519,41 @@ _ALL = slice(None)
 
 
 _INT_OR_NONE = (int, type(None))
+
+
+def _overlaps_any(shape: tuple[int, ...], key: Any, keys: Sequence[Any]) -> bool:
+    """Whether index view ``key`` of an array of ``shape`` shares an element with any of ``keys``."""
+    if not keys:
+        return False
+    a = _axis_ranges(shape, key)
+    if a is not None:
+        rest = [_axis_ranges(shape, k) for k in keys]
+        if all(r is not None for r in rest):  # disjoint when some axis's index sets are
+            return builtins.any(
+                builtins.all(not set(x).isdisjoint(y) for x, y in zip(a, r))  # type: ignore[arg-type]
+                for r in rest
+            )
+    mark = np.zeros(shape, np.bool_)
+    mark[key] = True
+    return builtins.any(bool(mark[k].any()) for k in keys)
+
+
+def _axis_ranges(shape: tuple[int, ...], key: Any) -> list[range] | None:
+    """The indices a basic key (ints and slices) selects on each axis, or None for other keys."""
+    items = key if isinstance(key, tuple) else (key,)
+    if len(items) > len(shape):
+        return None
+    out = []
+    for n, k in zip(shape, items):
+        if isinstance(k, slice):
+            out.append(range(*k.indices(n)))
+        elif isinstance(k, int | np.integer) and not isinstance(k, builtins.bool):
+            i = int(k) % n if n else 0
+            out.append(range(i, i + 1))
+        else:
+            return None
+    out.extend(range(n) for n in shape[len(items) :])
+    return out
 
 
 def _int_slices(key: Any) -> Any:

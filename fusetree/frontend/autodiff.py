@@ -105,6 +105,19 @@ class _Acc:
                 buf[key] = buf[key] + g
         return buf if self.dense is None else buf + self.dense
 
+    def region(self, key: Any, keep: list[Array]) -> Array:
+        """The cotangent of index view ``key`` (the dense part sliced, scatters into that same
+        view taken as they are; anything overlapping it partly: the whole value, sliced)."""
+        same = [g for k, g in self.scatters if k == key]
+        others = [k for k, _ in self.scatters if k != key]
+        if others and _tiling(self.node.shape, [key, *others])[0] is False:
+            return self.value(keep)[key]
+        parts = ([self.dense[key]] if self.dense is not None else []) + same
+        out = parts[0]
+        for p in parts[1:]:
+            out = out + p
+        return out
+
 
 _TILINGS: dict[tuple, tuple[bool, bool]] = {}
 
@@ -211,6 +224,11 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
         cur = acc.get(out.uid)
         if cur is None or out.uid in wanted:
             continue
+        if op == "setitem":  # y[k] = v into fresh memory: v's cotangent is y's, sliced (y stays)
+            x = ins[0]
+            if x.uid in needed and _is_float(x):
+                acc.setdefault(x.uid, _Acc(x)).add(_unbroadcast(cur.region(attrs[0], keep), x))
+            continue
         del acc[out.uid]
         g = cur.value(keep)
         if cur.n > 1:
@@ -306,7 +324,7 @@ def _trace(fun: Callable[..., Any], args: tuple, argnums: tuple[int, ...], kwarg
             fresh.append(wrap(n))
         trees.append(tree)
         call[i] = pytree.unflatten(tree, fresh)
-    entries: list = []
+    entries = _arr.Tape({n.uid for n in wrt})
     prev_tape, prev_hook = _arr.TAPE, HOOK.tape
     _arr.TAPE = entries
 
