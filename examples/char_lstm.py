@@ -56,16 +56,23 @@ def init_params(rng: np.random.Generator, vocab: int, hidden: int) -> dict[str, 
 
 
 def loss_fn(params, X, Y):
-    """Mean cross-entropy of next-character predictions. X, Y: (T, B, V) one-hot float32."""
+    """Mean cross-entropy of next-character predictions. X, Y: (T, B, V) one-hot float32.
+
+    The input projection of all T steps is one GEMM up front; each step is one recurrent GEMM and
+    one fused cell kernel, which writes h straight into its slot of ``Hs`` (read back as the next
+    step's GEMM operand); the output projection and the softmax cross-entropy run once over all T
+    steps. The backward pass mirrors it (see fusetree.frontend.autodiff)."""
     T, B, V = X.shape
     H = params["Wh"].shape[0]
     h = ft.zeros((B, H), dtype=np.float32, device=X.device)
     c = ft.zeros((B, H), dtype=np.float32, device=X.device)
-    hs = []
+    Hs = ft.empty((T, B, H), dtype=np.float32, device=X.device)
+    xw = X.reshape(T * B, V) @ params["Wx"] + params["b"]
     for t in range(T):
-        h, c = lstm_cell(X[t] @ params["Wx"] + h @ params["Wh"] + params["b"], c, ft)
-        hs.append(h)
-    logits = ft.stack(hs).reshape(T * B, H) @ params["Wy"] + params["by"]
+        h2, c = lstm_cell(xw[t * B : (t + 1) * B] + h @ params["Wh"], c, ft)
+        Hs[t] = h2
+        h = Hs[t]
+    logits = Hs.reshape(T * B, H) @ params["Wy"] + params["by"]
     return -ft.sum(ft.log_softmax(logits, axis=-1) * Y.reshape(T * B, V)) / (T * B)
 
 

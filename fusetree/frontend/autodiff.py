@@ -32,6 +32,7 @@ True
 from __future__ import annotations
 
 import builtins
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -59,7 +60,7 @@ class _Namespace:
 
 F = _Namespace()
 _DIFFERENTIABLE = "fc"  # dtype kinds that carry gradients
-_DEEP = 4  # a summed cotangent reading more leaves than this is realized where it is complete
+_VALVE = 24  # a summed cotangent still pending with more leaves than this is realized when read
 
 
 def _is_float(n: Node) -> bool:
@@ -70,23 +71,34 @@ class _Acc:
     """The cotangent of one node: a dense sum, scatters into index views, and how many
     contributions it has (a sum of two or more is kept live: see the module docstring)."""
 
-    __slots__ = ("dense", "n", "node", "scatters")
+    __slots__ = ("dense", "n", "node", "scatters", "thunks")
 
     def __init__(self, node: Node) -> None:
         self.node = node
         self.dense: Array | None = None
         self.scatters: list[tuple[Any, Array]] = []
+        self.thunks: list[Callable[[], Array | None]] = []
         self.n = 0
 
-    def add(self, g: Array) -> None:
-        self.dense = g if self.dense is None else self.dense + g
+    def add(self, g: Array | Callable[[], Array | None]) -> None:
+        if not isinstance(g, Array):
+            self.thunks.append(g)
+        else:
+            self.dense = g if self.dense is None else self.dense + g
         self.n += 1
+
+    def _collect(self) -> None:
+        for th in self.thunks:
+            g = th()
+            if g is not None:
+                self.dense = g if self.dense is None else self.dense + g
+        self.thunks = []
 
     def value(self, keep: list[Array]) -> Array:
         n = self.node
+        self._collect()
         if not self.scatters:
-            assert self.dense is not None
-            return self.dense
+            return self.dense if self.dense is not None else zeros(n.shape, n.dtype, n.device)
         buf = empty(n.shape, n.dtype, n.device)
         keys = [k for k, _ in self.scatters]
         disjoint, covered = _tiling(n.shape, keys)
@@ -108,11 +120,14 @@ class _Acc:
     def region(self, key: Any, keep: list[Array]) -> Array:
         """The cotangent of index view ``key`` (the dense part sliced, scatters into that same
         view taken as they are; anything overlapping it partly: the whole value, sliced)."""
+        self._collect()
         same = [g for k, g in self.scatters if k == key]
         others = [k for k, _ in self.scatters if k != key]
         if others and _tiling(self.node.shape, [key, *others])[0] is False:
             return self.value(keep)[key]
         parts = ([self.dense[key]] if self.dense is not None else []) + same
+        if not parts:
+            return self.value(keep)[key]
         out = parts[0]
         for p in parts[1:]:
             out = out + p
@@ -198,6 +213,54 @@ def _matmul_vjp(g: Array, a: Array, b: Array, need: tuple[bool, bool]) -> tuple[
     return ga, gb
 
 
+def _deferred(op: str, ins: tuple, attrs: tuple, out: Node, g: Array, only: list[bool], val: Callable, i: int) -> Array | None:
+    """Operand ``i``'s contribution from a summed cotangent ``g``, built when it is summed (``g``
+    has memory by then if a kernel stored it meanwhile; a deep pending one is realized here)."""
+    if g._node.op != "buffer" and len(g._node.leaves) > _VALVE:
+        engine.realize((g,))
+    gx = _cotangents(op, ins, attrs, out, g, only, val)[i]
+    return None if gx is None else _unbroadcast(gx, ins[i])
+
+
+def _cotangents(op: str, ins: tuple, attrs: tuple, out: Node, g: Array, need: Sequence[bool], val: Callable) -> Sequence[Array | None]:
+    """Each operand's cotangent of trace entry ``(op, ins, attrs, out)`` given ``g`` (None: none)."""
+    if op == "alias" or op == "store":
+        return (g,)
+    if op == "transpose":
+        ax = attrs[0]
+        return (g.transpose(tuple(np.argsort(ax))) if ax is not None else g.transpose(),)
+    if op == "reshape":
+        return (g.reshape(ins[0].shape),)
+    if op == "reduce":
+        return (_reduce_vjp(g, val(out), val(ins[0]), *attrs),)
+    if op == "matmul":
+        return _matmul_vjp(g, val(ins[0]), val(ins[1]), (need[0], need[1]))
+    if op == "concat":
+        ax, off, parts = attrs[0], 0, []
+        for x in ins:
+            n = x.shape[ax]
+            parts.append(g[(slice(None),) * ax + (slice(off, off + n),)])
+            off += n
+        return parts
+    if op == "boundary":
+        raise UnsupportedError(
+            f"ft.grad: {attrs[0]} has no gradient rule (it runs in the backend); the gradient "
+            "of a differentiated input passes through it"
+        )
+    if op == "gather":
+        raise UnsupportedError(
+            "ft.grad: the gradient of integer-array or boolean indexing is not implemented "
+            "(use a one-hot matrix product or basic slicing)"
+        )
+    rule = OPS[op].vjp
+    if rule is None:
+        return (None,) * len(ins)  # comparisons, rounding, bitwise: no gradient
+    return [
+        None if gx is None else gx if isinstance(gx, Array) else asarray(gx, device=x.device)
+        for gx, x in zip(rule(F, g, val(out), *[val(x) for x in ins]), ins)
+    ]
+
+
 def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Sequence[Node]) -> list[Array]:
     """Cotangents of the nodes ``wrt`` given cotangents ``cts`` of ``outs``, from a trace."""
     primal: dict[int, Node] = {}  # a pending node's uid -> the buffer it was realized into
@@ -231,61 +294,31 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
             continue
         del acc[out.uid]
         g = cur.value(keep)
-        if cur.n > 1:
-            # a sum of several contributions (a value used twice: an RNN's state). Every tree built
-            # from here on reads it: when it is deep, give it memory now, or the next step's trees
-            # would recompute it (a chain through time); a shallow one is kept live instead, so the
-            # live-value rule stores it if a realized tree computes it anyway
-            if len(g._node.leaves) > _DEEP:
-                engine.realize((g,))
-            keep.append(g)
         need = [x.uid in needed and _is_float(x) for x in ins]
+        deferred = cur.n > 1 and g._node.op != "buffer"
+        if cur.n > 1:
+            # a sum of several contributions (a value used twice: an RNN's state) is kept live:
+            # the next kernel that computes it anyway (an index-view scatter, a GEMM operand)
+            # stores it. Its contributions are built when they are summed (thunks), so trees built
+            # after that kernel read its memory instead of recomputing a chain through time.
+            keep.append(g)
         if not builtins.any(need):
             continue
-        grads: Sequence[Array | None]
-        if op == "alias" or op == "store":
-            grads = (g,)
-        elif op == "getitem":
+        if op == "getitem":
             x = ins[0]
-            t = acc.setdefault(x.uid, _Acc(x))
-            t.scatters.append((attrs[0], g))
+            acc.setdefault(x.uid, _Acc(x)).scatters.append((attrs[0], g))
             continue
-        elif op == "transpose":
-            ax = attrs[0]
-            grads = (g.transpose(tuple(np.argsort(ax))) if ax is not None else g.transpose(),)
-        elif op == "reshape":
-            grads = (g.reshape(ins[0].shape),)
-        elif op == "reduce":
-            grads = (_reduce_vjp(g, val(out), val(ins[0]), *attrs),)
-        elif op == "matmul":
-            grads = _matmul_vjp(g, val(ins[0]), val(ins[1]), (need[0], need[1]))
-        elif op == "concat":
-            ax, off, parts = attrs[0], 0, []
-            for x in ins:
-                n = x.shape[ax]
-                parts.append(g[(slice(None),) * ax + (slice(off, off + n),)])
-                off += n
-            grads = parts
-        elif op == "boundary":
-            raise UnsupportedError(
-                f"ft.grad: {attrs[0]} has no gradient rule (it runs in the backend); the gradient "
-                "of a differentiated input passes through it"
-            )
-        elif op == "gather":
-            raise UnsupportedError(
-                "ft.grad: the gradient of integer-array or boolean indexing is not implemented "
-                "(use a one-hot matrix product or basic slicing)"
-            )
-        else:
-            rule = OPS[op].vjp
-            if rule is None:
-                continue  # comparisons, rounding, bitwise: no gradient
-            grads = rule(F, g, val(out), *[val(x) for x in ins])
-        for x, gx, nd in zip(ins, grads, need):
-            if gx is None or not nd:
-                continue
-            t = acc.get(x.uid) or acc.setdefault(x.uid, _Acc(x))
-            t.add(_unbroadcast(gx if isinstance(gx, Array) else asarray(gx, device=x.device), x))
+        if deferred:
+            for i, x in enumerate(ins):
+                if need[i]:
+                    only = [k == i for k in range(len(ins))]
+                    acc.setdefault(x.uid, _Acc(x)).add(
+                        functools.partial(_deferred, op, ins, attrs, out, g, only, val, i)
+                    )
+            continue
+        for x, gx, nd in zip(ins, _cotangents(op, ins, attrs, out, g, need, val), need):
+            if gx is not None and nd:
+                acc.setdefault(x.uid, _Acc(x)).add(_unbroadcast(gx, x))
     res = []
     for n in wrt:
         a = acc.get(n.uid)
