@@ -43,6 +43,7 @@ from ..engine import pytree
 from ..engine.state import HOOK
 from ..errors import ShapeError, UnsupportedError
 from ..ir.node import Node, make_buffer
+from ..ir.node import address as _address
 from ..ir.ops import OPS
 from . import array as _arr
 from .array import Array, broadcast, matmul, wrap
@@ -71,7 +72,7 @@ class _Acc:
     """The cotangent of one node: a dense sum, scatters into index views, and how many
     contributions it has (a sum of two or more is kept live: see the module docstring)."""
 
-    __slots__ = ("dense", "n", "node", "scatters", "thunks")
+    __slots__ = ("dense", "n", "node", "pre", "scatters", "thunks", "written")
 
     def __init__(self, node: Node) -> None:
         self.node = node
@@ -79,6 +80,8 @@ class _Acc:
         self.scatters: list[tuple[Any, Array]] = []
         self.thunks: list[Callable[[], Array | None]] = []
         self.n = 0
+        self.pre: Array | None = None  # memory pieces were written into ahead (see slot)
+        self.written: set[int] = set()  # ids of scatter values already in ``pre``
 
     def add(self, g: Array | Callable[[], Array | None]) -> None:
         if not isinstance(g, Array):
@@ -94,28 +97,47 @@ class _Acc:
                 self.dense = g if self.dense is None else self.dense + g
         self.thunks = []
 
-    def value(self, keep: list[Array]) -> Array:
+    def value(self, keep: list[Array], into: Array | None = None) -> Array:
+        """The cotangent (lazy, or memory when scatters were written). ``into``: zeroed memory of
+        this shape (a slice of the gradient the cotangent flows into unchanged) to write the
+        scatters into, instead of a fresh array."""
         n = self.node
         self._collect()
         if not self.scatters:
             return self.dense if self.dense is not None else zeros(n.shape, n.dtype, n.device)
-        buf = empty(n.shape, n.dtype, n.device)
+        scatters = [(k, g) for k, g in self.scatters if id(g) not in self.written]
         keys = [k for k, _ in self.scatters]
         disjoint, covered = _tiling(n.shape, keys)
         self.n += len(self.scatters)
+        if self.pre is not None:
+            buf, zeroed = self.pre, True
+        elif into is not None and self.dense is None:
+            buf, zeroed = into, True
+        else:
+            buf, zeroed = empty(n.shape, n.dtype, n.device), False
         if disjoint:  # one kernel per shape writes every piece into its slice (and the live sums)
-            if not covered:
+            if not covered and not zeroed:
                 buf[...] = 0.0
             data = buf._node.data  # type: ignore[attr-defined]
             live = [k for k in keep if k._node.op != "buffer" and k.device == n.device]
             engine.write_group(
-                [g for _, g in self.scatters] + live, [data[k] for k in keys] + [None] * len(live), n.device
+                [g for _, g in scatters] + live, [data[k] for k, _ in scatters] + [None] * len(live), n.device
             )
         else:  # overlapping index views accumulate one by one
-            buf[...] = 0.0  # a kernel (ft.jit replays it), not a host fill frozen into the trace
-            for key, g in self.scatters:
+            if not zeroed:
+                buf[...] = 0.0  # a kernel (ft.jit replays it), not a host fill frozen into the trace
+            for key, g in scatters:
                 buf[key] = buf[key] + g
         return buf if self.dense is None else buf + self.dense
+
+    def slot(self, key: Any) -> Array:
+        """Zeroed memory for index view ``key`` of this cotangent (allocated once, filled once):
+        a piece written there now is not copied when the scatters are written."""
+        if self.pre is None:
+            n = self.node
+            self.pre = empty(n.shape, n.dtype, n.device)
+            self.pre[...] = 0.0
+        return self.pre[key]
 
     def region(self, key: Any, keep: list[Array]) -> Array:
         """The cotangent of index view ``key`` (the dense part sliced, scatters into that same
@@ -213,7 +235,14 @@ def _matmul_vjp(g: Array, a: Array, b: Array, need: tuple[bool, bool]) -> tuple[
     return ga, gb
 
 
-def _deferred(op: str, ins: tuple, attrs: tuple, out: Node, g: Array, only: list[bool], val: Callable, i: int) -> Array | None:
+def _same_memory(a: Array, b: Array) -> bool:
+    da, db = a._node.data, b._node.data  # type: ignore[attr-defined]
+    return bool(da.shape == db.shape and da.strides == db.strides and _address(da) == _address(db))
+
+
+def _deferred(
+    op: str, ins: tuple, attrs: tuple, out: Node, g: Array, only: list[bool], val: Callable, i: int
+) -> Array | None:
     """Operand ``i``'s contribution from a summed cotangent ``g``, built when it is summed (``g``
     has memory by then if a kernel stored it meanwhile; a deep pending one is realized here)."""
     if g._node.op != "buffer" and len(g._node.leaves) > _VALVE:
@@ -222,7 +251,9 @@ def _deferred(op: str, ins: tuple, attrs: tuple, out: Node, g: Array, only: list
     return None if gx is None else _unbroadcast(gx, ins[i])
 
 
-def _cotangents(op: str, ins: tuple, attrs: tuple, out: Node, g: Array, need: Sequence[bool], val: Callable) -> Sequence[Array | None]:
+def _cotangents(
+    op: str, ins: tuple, attrs: tuple, out: Node, g: Array, need: Sequence[bool], val: Callable
+) -> Sequence[Array | None]:
     """Each operand's cotangent of trace entry ``(op, ins, attrs, out)`` given ``g`` (None: none)."""
     if op == "alias" or op == "store":
         return (g,)
@@ -265,9 +296,12 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
     """Cotangents of the nodes ``wrt`` given cotangents ``cts`` of ``outs``, from a trace."""
     primal: dict[int, Node] = {}  # a pending node's uid -> the buffer it was realized into
     needed = {n.uid for n in wrt}  # nodes that depend on an input being differentiated
+    view_of: dict[int, tuple[Node, Any]] = {}  # an index view's node -> (its source, the key)
     for op, ins, _attrs, out in entries:
         if op == "alias":
             primal[ins[0].uid] = out
+        elif op == "getitem":
+            view_of[out.uid] = (ins[0], _attrs[0])
         if any(x.uid in needed for x in ins):
             needed.add(out.uid)
 
@@ -293,7 +327,16 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
                 acc.setdefault(x.uid, _Acc(x)).add(_unbroadcast(cur.region(attrs[0], keep), x))
             continue
         del acc[out.uid]
-        g = cur.value(keep)
+        into = None
+        if op == "add" and cur.scatters and not cur.thunks and cur.dense is None:
+            # written into the slice of the gradient it flows into unchanged (an RNN's gate
+            # gradients into the all-steps input projection's): no copy later
+            for x in ins:
+                v = view_of.get(x.uid)
+                if v is not None and x.shape == out.shape and x.dtype == out.dtype and x.uid in needed:
+                    into = acc.setdefault(v[0].uid, _Acc(v[0])).slot(v[1])
+                    break
+        g = cur.value(keep, into)
         need = [x.uid in needed and _is_float(x) for x in ins]
         deferred = cur.n > 1 and g._node.op != "buffer"
         if cur.n > 1:
@@ -306,7 +349,11 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
             continue
         if op == "getitem":
             x = ins[0]
-            acc.setdefault(x.uid, _Acc(x)).scatters.append((attrs[0], g))
+            src = acc.setdefault(x.uid, _Acc(x))
+            src.scatters.append((attrs[0], g))
+            if src.pre is not None and g._node.op == "buffer" and cur.n == 1 and \
+                    _same_memory(g, src.pre[attrs[0]]):  # fmt: skip
+                src.written.add(id(g))
             continue
         if deferred:
             for i, x in enumerate(ins):
