@@ -4,8 +4,8 @@ For fusetree eager / jit / graph and torch peers (nn.LSTM on cuDNN, an nn.LSTMCe
 math (float32, no TF32), same initialization, same batches, same clipping and AdamW formula:
 
 * tokens/s (T*B per step over the median step time, synchronized, warm-up excluded);
-* launches per time step (fusetree's counter; torch's from the profiler's kernel count) over
-  forward + backward + update, divided by T;
+* launches per time step: on CUDA the profiler's count of kernels and copies per step (a CUDA
+  graph's nodes counted one by one), on the CPU fusetree's launch counter; divided by T;
 * GPU busy fraction: the union of kernel intervals / wall time over the timed steps (CUPTI via
   torch.profiler: it sees fusetree's driver launches as well);
 * the loss after --check steps against torch nn.LSTM from the same start.
@@ -61,11 +61,12 @@ def torch_model(init: dict, vocab: int, hidden: int, device: str, cell: bool):
         getattr(lstm, "weight_hh" + sfx).copy_(torch.from_numpy(init["Wh"][:, perm].T.copy()))
         getattr(lstm, "bias_ih" + sfx).copy_(torch.from_numpy(init["b"][perm].copy()))
         getattr(lstm, "bias_hh" + sfx).zero_()
+    getattr(lstm, "bias_hh" + sfx).requires_grad_(False)  # one bias, as the fusetree model has
     lin = torch.nn.Linear(H, vocab).to(dev)
     with torch.no_grad():
         lin.weight.copy_(torch.from_numpy(init["Wy"].T.copy()))
         lin.bias.copy_(torch.from_numpy(init["by"]))
-    params = list(lstm.parameters()) + list(lin.parameters())
+    params = [p for p in list(lstm.parameters()) + list(lin.parameters()) if p.requires_grad]
     state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in params]
 
     def step(X, Y, lr_t, clip=5.0, b1=0.9, b2=0.999, wd=1e-4, eps=1e-8):
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             times.append((time.perf_counter() - t0) / a.steps)
         med = statistics.median(times)
         launches = None
-        if mode.startswith("fusetree"):
+        if mode.startswith("fusetree") and a.device != "cuda":
             ft.reset_stats()
             one(0)
             sync(a.device)
