@@ -1,0 +1,50 @@
+"""Which kernels one char-LSTM training step launches (CUDA, torch.profiler/CUPTI): counts and
+GPU time per kernel name, for a fusetree mode. ``python benchmarks/profile_train.py [mode]``."""
+
+from __future__ import annotations
+
+import collections
+import os
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))
+import char_lstm as C  # noqa: E402
+
+import fusetree as ft  # noqa: E402
+
+
+def main() -> None:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    mode = sys.argv[1] if len(sys.argv) > 1 else "graph"
+    B, H, T = 128, 512, 64
+    b = C.Batches(open(C.DEFAULT_TEXT, encoding="utf-8").read(), T, B, 0)
+    tr = C.Trainer(C.init_params(np.random.default_rng(0), b.vocab, H), "cuda", mode)
+    data = [b.next() for _ in range(3)]
+    for k in range(3):
+        tr.step(*data[k])
+    torch.cuda.synchronize()
+    ft.reset_stats()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        tr.step(*data[0])
+        torch.cuda.synchronize()
+    print("fusetree stats:", {k: v for k, v in ft.stats().items() if v})
+    count: collections.Counter = collections.Counter()
+    dur: collections.Counter = collections.Counter()
+    for e in prof.events():
+        if e.device_type.name == "CUDA":
+            name = e.name[:60]
+            count[name] += 1
+            dur[name] += e.time_range.end - e.time_range.start
+    print(f"{sum(count.values())} device events, {sum(dur.values()) / 1e3:.2f} ms of kernel time")
+    for name, n in count.most_common(25):
+        print(f"{n:5d} {dur[name] / 1e3:8.3f} ms  {name}")
+
+
+if __name__ == "__main__":
+    main()
