@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     init,
                     a.device,
                     {"fusetree": "eager", "fusetree-jit": "jit", "fusetree-graph": "graph"}[mode],
+                    lr=1e-2,
                 )
                 curve = [float(ctr.step(*cb.next())) for _ in range(a.curve)]
             else:

@@ -140,7 +140,7 @@ def sample(params, batches: Batches, n: int, seed: int = 0, temperature: float =
 class Trainer:
     """Parameters and AdamW state on a device, and the step in a mode (eager, jit, graph)."""
 
-    def __init__(self, init: dict[str, np.ndarray], device: str, mode: str, lr: float = 3e-3) -> None:
+    def __init__(self, init: dict[str, np.ndarray], device: str, mode: str, lr: float = 1e-2) -> None:
         self.params = {n: ft.asarray(init[n].copy(), device=device) for n in NAMES}
         self.m = {n: ft.zeros(init[n].shape, dtype=np.float32, device=device) for n in NAMES}
         self.v = {n: ft.zeros(init[n].shape, dtype=np.float32, device=device) for n in NAMES}
