@@ -61,7 +61,8 @@ class _Namespace:
 
 F = _Namespace()
 _DIFFERENTIABLE = "fc"  # dtype kinds that carry gradients
-_VALVE = 24  # a summed cotangent still pending with more leaves than this is realized when read
+_VALVE = 64  # a cotangent still pending with more leaves than this is realized when read (a safety
+# valve: the scatter kernels store the kept sums, so an RNN's chains stay short without it)
 
 
 def _is_float(n: Node) -> bool:
@@ -338,12 +339,12 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
                     break
         g = cur.value(keep, into)
         need = [x.uid in needed and _is_float(x) for x in ins]
-        deferred = cur.n > 1 and g._node.op != "buffer"
         if cur.n > 1:
             # a sum of several contributions (a value used twice: an RNN's state) is kept live:
             # the next kernel that computes it anyway (an index-view scatter, a GEMM operand)
-            # stores it. Its contributions are built when they are summed (thunks), so trees built
-            # after that kernel read its memory instead of recomputing a chain through time.
+            # stores it. Every contribution is built when its receiver is summed (thunks reading
+            # the Arrays' nodes then), so trees built after that kernel read its memory instead
+            # of recomputing a chain through time.
             keep.append(g)
         if not builtins.any(need):
             continue
@@ -355,17 +356,12 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
                     _same_memory(g, src.pre[attrs[0]]):  # fmt: skip
                 src.written.add(id(g))
             continue
-        if deferred:
-            for i, x in enumerate(ins):
-                if need[i]:
-                    only = [k == i for k in range(len(ins))]
-                    acc.setdefault(x.uid, _Acc(x)).add(
-                        functools.partial(_deferred, op, ins, attrs, out, g, only, val, i)
-                    )
-            continue
-        for x, gx, nd in zip(ins, _cotangents(op, ins, attrs, out, g, need, val), need):
-            if gx is not None and nd:
-                acc.setdefault(x.uid, _Acc(x)).add(_unbroadcast(gx, x))
+        for i, x in enumerate(ins):
+            if need[i]:
+                only = [k == i for k in range(len(ins))]
+                acc.setdefault(x.uid, _Acc(x)).add(
+                    functools.partial(_deferred, op, ins, attrs, out, g, only, val, i)
+                )
     res = []
     for n in wrt:
         a = acc.get(n.uid)
