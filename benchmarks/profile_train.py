@@ -12,9 +12,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "examples"))
-import char_lstm as C  # noqa: E402
+import char_lstm as C
 
-import fusetree as ft  # noqa: E402
+import fusetree as ft
 
 
 def main() -> None:

@@ -92,3 +92,33 @@ def test_concurrent_disk_cache_writers_never_corrupt(tmp_path):
         else:
             os.environ["FUSETREE_CACHE_DIR"] = saved
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]  # no stray temporaries
+
+
+def test_cpu_kernels_are_cached_on_disk_across_processes(tmp_path):
+    """A fresh process loads a kernel compiled by an earlier one (numba's cached machine code in
+    the fusetree cache directory): the same values, counted as disk hits; off with
+    FUSETREE_CPU_DISK_CACHE=0."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    code = (
+        "import numpy as np, fusetree as ft\n"
+        "x = ft.asarray(np.linspace(-2, 2, 50, dtype=np.float32))\n"
+        "y = (ft.tanh(x) * 3 + ft.exp(x * 0.5)).numpy()\n"
+        "assert np.allclose(y, np.tanh(np.linspace(-2, 2, 50)) * 3 + np.exp(np.linspace(-2, 2, 50) * 0.5), atol=1e-5)\n"
+        "print('HITS', ft.stats()['disk_hits'], ft.stats()['compiles'])\n"
+    )
+
+    def run(**env):
+        e = dict(os.environ, FUSETREE_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root), **env)
+        r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return [int(v) for v in r.stdout.split("HITS")[1].split()]
+
+    assert run() == [0, 1]
+    assert run() == [1, 1]
+    assert run(FUSETREE_CPU_DISK_CACHE="0") == [0, 1]
+    assert list((tmp_path).glob("cpu-v*/ft_*.py"))

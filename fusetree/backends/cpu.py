@@ -9,8 +9,13 @@ CPU: kernels read and write float16 memory as its uint16 bits and convert in reg
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import math
 import os
+import pathlib
+import sys
+import tempfile
 from typing import Any
 
 # Fused kernels alternate with BLAS GEMMs. With spinning OpenMP workers (libgomp's default) numba's
@@ -31,6 +36,7 @@ from ..codegen.common import Target
 from ..ir import dtypes
 from . import helpers
 from .base import Backend, _Raw, mapped, store_product
+from .diskcache import disk_cache_dir
 
 _F = np.float32
 _jit = njit(error_model="numpy", cache=False)
@@ -221,13 +227,17 @@ PARALLEL_MIN = 1 << 17
 
 class CPULauncher:
     """A compiled CPU kernel: numba's dispatcher, called with the ABI's arguments. The serial
-    variant is compiled first; the ``prange`` (parallel) variant when a call is large enough."""
+    variant is compiled first; the ``prange`` (parallel) variant when a call is large enough.
+    ``cached``: the function lives in a module file of the disk cache, so numba keeps its machine
+    code beside it (``cache=True``) and a new process loads it instead of compiling."""
 
-    __slots__ = ("flat", "fn", "name", "par", "parallel", "py", "sig", "source")
+    __slots__ = ("cached", "flat", "fn", "name", "par", "parallel", "py", "sig", "source")
 
-    def __init__(self, py: Any, sig: Any, name: str, flat: bool, parallel: bool) -> None:
-        self.py, self.sig = py, sig
-        self.fn = njit(sig, parallel=False, error_model="numpy", nogil=True)(py)
+    def __init__(
+        self, py: Any, sig: Any, name: str, flat: bool, parallel: bool, cached: bool = False
+    ) -> None:
+        self.py, self.sig, self.cached = py, sig, cached
+        self.fn = njit(sig, parallel=False, error_model="numpy", nogil=True, cache=cached)(py)
         self.par: Any = None
         self.parallel = parallel  # options(cpu_parallel=...) allowed the parallel variant
         self.name = name
@@ -237,10 +247,56 @@ class CPULauncher:
     def __call__(self, n: int, args: list) -> None:
         if n >= PARALLEL_MIN and self.parallel:
             if self.par is None:
-                self.par = njit(self.sig, parallel=True, error_model="numpy", nogil=True)(self.py)
+                self.par = njit(self.sig, parallel=True, error_model="numpy", nogil=True, cache=self.cached)(
+                    self.py
+                )
             self.par(*args)
         else:
             self.fn(*args)
+
+
+_KERNEL_GLOBALS: dict[str, Any] = {}
+# the helpers a kernel calls are compiled into its cached machine code: their source is in the key
+_HELPERS_DIGEST = hashlib.sha256(
+    b"".join((pathlib.Path(__file__).parent / f).read_bytes() for f in ("cpu.py", "helpers.py"))
+).hexdigest()[:16]
+
+
+def kernel_globals() -> dict[str, Any]:
+    """The names generated CPU kernels use (dtype constructors, math helpers): what a cached
+    kernel module imports."""
+    if not _KERNEL_GLOBALS:
+        _KERNEL_GLOBALS.update(_namespace())
+    return _KERNEL_GLOBALS
+
+
+_MODULE_HEADER = (
+    "# fusetree CPU kernel (generated; numba keeps its compiled code in __pycache__ beside it)\n"
+    "from fusetree.backends.cpu import kernel_globals as _kernel_globals\n"
+    "globals().update(_kernel_globals())\n\n"
+)
+
+
+def _cached_module(d: str, key: str, spec_name: str, source: str) -> Any:
+    """Import (writing it first if new) the module file holding a kernel's source."""
+    path = os.path.join(d, f"{spec_name}_{key}.py")
+    text = _MODULE_HEADER + source
+    try:
+        with open(path, encoding="utf-8") as f:
+            fresh = f.read() != text
+    except FileNotFoundError:
+        fresh = True
+    if fresh:  # written atomically: a process importing it never sees half a file
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".tmp-", suffix=".py")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(f"fusetree_cpu_{spec_name}_{key}", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # numba finds a cached kernel's module by name when it loads it
+    spec.loader.exec_module(mod)
+    return mod
 
 
 class CPUBackend(Backend):
@@ -251,17 +307,45 @@ class CPUBackend(Backend):
     gemm_accumulate = True  # x@W + h@U: one product added into the other's output (one leaf)
 
     def __init__(self) -> None:
-        self.ns = _namespace()
+        self.ns = kernel_globals()
+        self.cache_dir: str | None = ""  # resolved on the first compile
 
     def cache_tag(self) -> str:
         return "cpu/par" if config.current.cpu_parallel else "cpu/serial"
 
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
+        par = config.current.cpu_parallel
+        d = self._cache_dir()
+        if d is not None:
+            key = hashlib.sha256(
+                f"{spec.key_text}|{self.cache_tag()}|{config.CODEGEN_VERSION}|{numba.__version__}|{_HELPERS_DIGEST}|{source}".encode()
+            ).hexdigest()[:24]
+            try:
+                mod = _cached_module(d, key, spec.name, source)
+                launcher = CPULauncher(
+                    getattr(mod, spec.name), signature(spec), spec.name, spec.flat, par, True
+                )
+                hit = bool(launcher.fn.stats.cache_hits)
+                return launcher, {"disk_hit": hit}
+            except OSError:  # an unwritable cache directory: compile in memory
+                self.cache_dir = None
         ns = dict(self.ns)
         exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
-        return CPULauncher(
-            ns[spec.name], signature(spec), spec.name, spec.flat, config.current.cpu_parallel
-        ), {}
+        return CPULauncher(ns[spec.name], signature(spec), spec.name, spec.flat, par), {}
+
+    def _cache_dir(self) -> str | None:
+        """Where CPU kernel modules are kept (the disk cache's ``cpu`` folder; None: off, with
+        ``FUSETREE_CPU_DISK_CACHE=0``)."""
+        if self.cache_dir == "":
+            self.cache_dir = None
+            if os.environ.get("FUSETREE_CPU_DISK_CACHE", "1") not in ("0", ""):
+                try:
+                    d = os.path.join(disk_cache_dir(), f"cpu-v{config.CODEGEN_VERSION}")
+                    os.makedirs(d, mode=0o700, exist_ok=True)
+                    self.cache_dir = d
+                except OSError:
+                    pass
+        return self.cache_dir
 
     def bind(self, data: np.ndarray, strided: bool) -> tuple:
         if data.dtype == _F16:
