@@ -6,21 +6,25 @@ that gets memory meanwhile (a GEMM operand, ``ft.evaluate``) adds an ``alias`` e
 to the buffer. The backward pass walks the trace in reverse and builds each operand's cotangent
 as an ordinary *lazy* fusetree expression from the op table's rule (``OpDef.vjp``), so
 
-* the backward trees fuse like forward trees: the elementwise backward of an LSTM cell between its
-  GEMMs is one kernel;
+* the backward trees fuse like forward trees: the elementwise backward of an LSTM step between its
+  GEMMs is one kernel, which also writes the four gate gradients into their slices of one array
+  (``x[i]`` cotangents are written by one kernel per shape, ``engine.write_group``; a cotangent
+  flowing unchanged into a slice of another gradient is written straight there, no copy);
 * forward values a rule needs are read from memory when the forward stored them (GEMM results, a
   value the live-value rule stored) and otherwise *recomputed inside the backward kernel* from
-  the nearest stored values (cheaper than storing every intermediate: no extra outputs, no extra
-  reads; measured in benchmarks/train_lstm.py);
+  the nearest stored values (no extra forward outputs, no extra reads);
 * a cotangent that sums several contributions (a value used twice, as an RNN's state is) is kept
-  live while the backward pass runs, so the live-value rule stores it once where it is computed
-  and later trees read it instead of recomputing a chain through time.
+  live, so the next kernel that computes it anyway stores it as an extra output; and every rule
+  is applied only when its receiver's cotangent is summed (thunks reading the Arrays' nodes
+  then), so trees built after that kernel read the stored value instead of recomputing a chain
+  through time (a safety valve realizes a cotangent whose tree grows past ``_VALVE`` leaves).
 
-Broadcasts reduce back (sums over the broadcast axes), ``x[i]`` scatters into a zero array of
-``x``'s shape, ``a @ b`` becomes GEMMs on transposed views, reductions have their rules here,
-and stores inside the function are functional rebinds (``x[...] = v``, ``x += v``), so nothing the
-backward pass reads is overwritten. Everything composes with ``ft.jit``: a traced training step
-(forward, backward, optimizer) is one plan and, with ``graph=True``, one CUDA graph.
+Broadcasts reduce back (sums over the broadcast axes), ``a @ b`` becomes GEMMs on transposed
+views, reductions, ``concat``/``stack`` and views have their rules here. Stores inside the
+function are functional rebinds (``x[...] = v``, ``x += v``); ``y[t] = h`` into fresh memory (an
+RNN's outputs) gives ``h`` the slice of ``y``'s cotangent. So nothing the backward pass reads is
+overwritten. Everything composes with ``ft.jit``: a traced training step (forward, backward,
+optimizer) is one plan and, with ``graph=True``, one CUDA graph.
 
 >>> import numpy as np, fusetree as ft
 >>> x = ft.asarray(np.array([0.5, -1.0, 2.0]))
