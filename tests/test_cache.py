@@ -122,3 +122,21 @@ def test_cpu_kernels_are_cached_on_disk_across_processes(tmp_path):
     assert run() == [1, 1]
     assert run(FUSETREE_CPU_DISK_CACHE="0") == [0, 1]
     assert list((tmp_path).glob("cpu-v*/ft_*.py"))
+
+
+def test_the_cpu_disk_cache_keeps_the_newest_kernels(tmp_path):
+    import os
+
+    from fusetree.backends.cpu import prune
+
+    (tmp_path / "__pycache__").mkdir()
+    for k, stem in enumerate(("ft_a_1", "ft_b_2", "ft_c_3")):
+        (tmp_path / f"{stem}.py").write_text("# kernel\n")
+        os.utime(tmp_path / f"{stem}.py", (1000 + k, 1000 + k))  # ft_a_1 oldest
+        for ext in ("ft_x-4.py312.nbi", "ft_x-4.py312.1.nbc"):
+            (tmp_path / "__pycache__" / f"{stem}.{ext}").write_bytes(b"x")
+    assert prune(str(tmp_path), keep=2) == 1
+    assert sorted(p.name for p in tmp_path.glob("*.py")) == ["ft_b_2.py", "ft_c_3.py"]
+    assert not list((tmp_path / "__pycache__").glob("ft_a_1.*"))
+    assert len(list((tmp_path / "__pycache__").glob("*"))) == 4
+    assert prune(str(tmp_path), keep=2) == 0

@@ -277,6 +277,33 @@ _MODULE_HEADER = (
 )
 
 
+_WRITES = [0]  # kernel modules this process wrote (a prune every 64)
+
+
+def prune(d: str, keep: int | None = None) -> int:
+    """Keep the newest ``keep`` kernels (default ``FUSETREE_CPU_DISK_CACHE_MAX``, 4096: ~40 KB each
+    with numba's files) in the CPU disk cache ``d``; the oldest modules and their compiled code go
+    first. Returns how many kernels were removed."""
+    if keep is None:
+        keep = int(os.environ.get("FUSETREE_CPU_DISK_CACHE_MAX", "4096"))
+    try:
+        mods = [e for e in os.scandir(d) if e.name.endswith(".py") and not e.name.startswith(".")]
+        if len(mods) <= keep:
+            return 0
+        mods.sort(key=lambda e: e.stat().st_mtime)
+        old = {e.name[:-3] for e in mods[: len(mods) - keep]}
+        for stem in old:
+            os.unlink(os.path.join(d, stem + ".py"))
+        pyc = os.path.join(d, "__pycache__")
+        if os.path.isdir(pyc):
+            for e in os.scandir(pyc):
+                if e.name.split(".", 1)[0] in old:
+                    os.unlink(e.path)
+        return len(old)
+    except OSError:  # another process pruning at the same time
+        return 0
+
+
 def _cached_module(d: str, key: str, spec_name: str, source: str) -> Any:
     """Import (writing it first if new) the module file holding a kernel's source."""
     path = os.path.join(d, f"{spec_name}_{key}.py")
@@ -291,6 +318,9 @@ def _cached_module(d: str, key: str, spec_name: str, source: str) -> Any:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
+        _WRITES[0] += 1
+        if _WRITES[0] % 64 == 0:
+            prune(d)
     spec = importlib.util.spec_from_file_location(f"fusetree_cpu_{spec_name}_{key}", path)
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
