@@ -42,12 +42,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import engine
+from .. import backends, engine
 from ..engine import pytree
 from ..engine.state import HOOK
 from ..errors import ShapeError, UnsupportedError
 from ..ir.node import Node, make_buffer
-from ..ir.node import address as _address
 from ..ir.ops import OPS
 from . import array as _arr
 from .array import Array, broadcast, matmul, wrap
@@ -225,10 +224,9 @@ def _reduce_vjp(
 def _matmul_vjp(g: Array, a: Array, b: Array, need: tuple[bool, bool]) -> tuple[Array | None, Array | None]:
     a2 = a.reshape((1, a.shape[0])) if a.ndim == 1 else a
     b2 = b.reshape((b.shape[0], 1)) if b.ndim == 1 else b
-    gshape = a2.shape[:-1] + b2.shape[-1:] if a.ndim == 1 or b.ndim == 1 else g.shape
-    if a.ndim == 1 or b.ndim == 1:
-        gshape = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1])
-    g2 = g.reshape(gshape) if g.shape != gshape else g
+    g2 = g
+    if a.ndim == 1 or b.ndim == 1:  # the product of the 2-D forms, before its 1-D axes were dropped
+        g2 = g.reshape(np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2]) + (a2.shape[-2], b2.shape[-1]))
     ga = matmul(g2, b2.mT) if need[0] else None
     gb = matmul(a2.mT, g2) if need[1] else None
     if ga is not None:
@@ -238,11 +236,6 @@ def _matmul_vjp(g: Array, a: Array, b: Array, need: tuple[bool, bool]) -> tuple[
         gb = _unbroadcast(gb, b2._node) if gb.shape != b2.shape else gb
         gb = gb.reshape(b.shape) if gb.shape != b.shape else gb
     return ga, gb
-
-
-def _same_memory(a: Array, b: Array) -> bool:
-    da, db = a._node.data, b._node.data  # type: ignore[attr-defined]
-    return bool(da.shape == db.shape and da.strides == db.strides and _address(da) == _address(db))
 
 
 def _deferred(
@@ -356,9 +349,10 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
             x = ins[0]
             src = acc.setdefault(x.uid, _Acc(x))
             src.scatters.append((attrs[0], g))
-            if src.pre is not None and g._node.op == "buffer" and cur.n == 1 and \
-                    _same_memory(g, src.pre[attrs[0]]):  # fmt: skip
-                src.written.add(id(g))
+            if src.pre is not None and g._node.op == "buffer" and cur.n == 1:
+                piece = src.pre[attrs[0]]._node  # the slot this value may have been written into
+                if backends.get(g.device).same_view(g._node.data, piece.data):  # type: ignore[attr-defined]
+                    src.written.add(id(g))
             continue
         for i, x in enumerate(ins):
             if need[i]:
@@ -373,7 +367,6 @@ def backward(entries: list, outs: Sequence[Node], cts: Sequence[Array], wrt: Seq
             res.append(zeros(n.shape, n.dtype, n.device))
         else:
             res.append(a.value(keep))
-    del keep
     return res
 
 
@@ -402,7 +395,7 @@ def _trace(fun: Callable[..., Any], args: tuple, argnums: tuple[int, ...], kwarg
             n = make_buffer(a._node.data, a.device)  # type: ignore[attr-defined]
             wrt.append(n)
             fresh.append(wrap(n))
-        trees.append(tree)
+        trees.append((tree, len(leaves)))
         call[i] = pytree.unflatten(tree, fresh)
     entries = _arr.Tape({n.uid for n in wrt})
     prev_tape, prev_hook = _arr.TAPE, HOOK.tape
@@ -434,23 +427,13 @@ def _split(result: Any, has_aux: bool) -> tuple[Any, Any]:
     return result
 
 
-def _grads_tree(grads: list[Array], trees: list, single: bool) -> Any:
+def _grads_tree(grads: list[Array], trees: list[tuple[Any, int]], single: bool) -> Any:
+    """The gradients in the differentiated arguments' structures ((tree, leaf count) each)."""
     out, k = [], 0
-    for tree in trees:
-        n = _count_leaves(tree)
+    for tree, n in trees:
         out.append(pytree.unflatten(tree, grads[k : k + n]))
         k += n
     return out[0] if single else tuple(out)
-
-
-def _count_leaves(tree: Any) -> int:
-    if tree == pytree.LEAF:
-        return 1
-    kind = tree[0]
-    if kind in ("list", "tuple"):
-        kids = tree[1]
-        return kids if type(kids) is int else builtins.sum(_count_leaves(c) for c in kids)
-    return builtins.sum(_count_leaves(c) for c in tree[-1])
 
 
 def value_and_grad(
