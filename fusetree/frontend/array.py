@@ -9,6 +9,7 @@ every leaf is a zero-copy strided view; a kernel reads its inputs through stride
 from __future__ import annotations
 
 import builtins
+import contextlib
 import operator
 import sys
 import weakref
@@ -46,6 +47,18 @@ class Tape(list):
 
 
 TAPE: Tape | None = None
+
+
+@contextlib.contextmanager
+def untraced() -> Iterator[Tape | None]:
+    """Suspend the gradient trace (yields it): the operations inside are one step of the caller's,
+    which records a single entry for them afterwards (a partial store, ``concat``)."""
+    global TAPE
+    tape, TAPE = TAPE, None
+    try:
+        yield tape
+    finally:
+        TAPE = tape
 
 
 def record(op: str, inputs: tuple, attrs: tuple, out: Node) -> None:
@@ -258,9 +271,10 @@ class Array:
         if _advanced(key):  # integer-array or boolean-mask indexing: a fusion boundary (a copy)
             engine.realize((self,))
             be = backends.get(self.device)
-            out = wrap(make_buffer(be.xp.asarray(self._node.data[_backend_key(key, be)]), self.device))  # type: ignore[attr-defined]
+            bkey = _backend_key(key, be)
+            out = wrap(make_buffer(be.xp.asarray(self._node.data[bkey]), self.device))  # type: ignore[attr-defined]
             if TAPE is not None:
-                record("gather", (self._node,), (_backend_key(key, be),), out._node)
+                record("gather", (self._node,), (bkey,), out._node)
             return out
         self._boundary()
         shape = index_shape(key, self._node.shape)
@@ -418,11 +432,8 @@ class Array:
                 "the value with ft.where / ft.concat"
             )
         vnode = as_node(value, self.device)
-        globals()["TAPE"] = None  # the store itself is not differentiated: one entry for it below
-        try:
+        with untraced():  # the store itself is not differentiated: one entry for it below
             self[key] = value
-        finally:
-            globals()["TAPE"] = tape
         tape.append(("setitem", (vnode,), (vkey,), n))
         tape.whole.add(vnode.uid)
 
@@ -780,13 +791,13 @@ def broadcast_shape(name: str, shapes: list[tuple[int, ...]], raise_: bool = Tru
 def _build(name: str, nodes: tuple[Node, ...], attrs: tuple = ()) -> Array:
     """The hot path of every operator: device and shape checks, the memoized dtype rule, the node."""
     if TAPE is not None:
-        out = _build_traced(name, nodes, attrs)
+        out = _build_array(name, nodes, attrs)
         record(name, nodes, attrs, out._node)
         return out
-    return _build_traced(name, nodes, attrs)
+    return _build_array(name, nodes, attrs)
 
 
-def _build_traced(name: str, nodes: tuple[Node, ...], attrs: tuple = ()) -> Array:
+def _build_array(name: str, nodes: tuple[Node, ...], attrs: tuple = ()) -> Array:
     device = ""  # a value made of scalars only has no device: it goes with any operand
     shape: tuple[int, ...] | None = None
     bcast = weak_int = False

@@ -232,15 +232,12 @@ def concat(arrays: Any, /, *, axis: int | None = 0) -> Array:
     dt = np.result_type(*[a.dtype for a in arrs])
     shape = arrs[0].shape[:ax] + (builtins.sum(a.shape[ax] for a in arrs),) + arrs[0].shape[ax + 1 :]
     out = _empty(shape, dt, arrs[0].device)
-    tape, _arr.TAPE = _arr.TAPE, None  # the stores are the concat's own (one entry for it below)
-    try:
+    with _arr.untraced() as tape:  # the stores are the concat's own (one entry for it below)
         off = 0
         for a in arrs:
             n = a.shape[ax]
             out[(slice(None),) * ax + (slice(off, off + n),)] = a
             off += n
-    finally:
-        _arr.TAPE = tape
     if tape is not None:
         _arr.record("concat", tuple(a._node for a in arrs), (ax,), out._node)
     return out
