@@ -465,9 +465,7 @@ class JitFunction:
                 k += 1
         for i, c in trace.constants:
             roots[i] = c
-        for i, shape, dt in trace.allocs:
-            if roots[i] is None:
-                roots[i] = be.empty(shape, dt)
+        _allocate_created(trace, be, roots)
         n_launch = n_kernel = n_gemm = n_copy = 0
         prepared = trace.prepared
         if prepared is None:
@@ -756,11 +754,16 @@ def _prepare(trace: Trace, be: Any) -> list:
     return trace.prepared
 
 
-def _allocate(trace: Trace, be: Any, roots: list[Any]) -> None:
-    """Allocate every buffer the trace makes (kernel outputs, GEMM results) into ``roots``."""
+def _allocate_created(trace: Trace, be: Any, roots: list[Any]) -> None:
+    """Fresh memory for the arrays the traced function created (``ft.empty`` & co.)."""
     for i, shape, dt in trace.allocs:
         if roots[i] is None:
             roots[i] = be.empty(shape, dt)
+
+
+def _allocate(trace: Trace, be: Any, roots: list[Any]) -> None:
+    """Allocate every buffer the trace makes (kernel outputs, GEMM results) into ``roots``."""
+    _allocate_created(trace, be, roots)
     for op in trace.ops:
         if isinstance(op, Kernel | FrameKernel):
             for o in op.outputs:

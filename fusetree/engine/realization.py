@@ -446,8 +446,7 @@ def assign(target: Any, device: str, vnode: Node, owner: Any,
             fresh = datas[0]
             rest = datas[1:]
         else:
-            lay = layout_class(tshape, tuple(target.strides), target.dtype.itemsize)
-            lay = "S" if lay == "R" else lay
+            lay = target_layout(target)
             paths = [(0, ())] if keep else []
             n_extra = len(paths) + len(extra_paths)
             datas = run_group([vnode], paths + extra_paths, device, tshape, [target] + [None] * n_extra,
@@ -484,14 +483,16 @@ def write_group(values: Sequence[Any], targets: Sequence[Any], device: str) -> N
                 n = make_op("astype", (n,), t.dtype, n.shape, device, (t.dtype,))
             groups.setdefault(n.shape, []).append((n, t, v))
         for shape, items in groups.items():
-            lays = ["C" if t is None else _target_layout(t) for _, t, _ in items]
+            lays = ["C" if t is None else target_layout(t) for _, t, _ in items]
             outs = run_group([n for n, _, _ in items], [], device, shape, [t for _, t, _ in items], lays)
             for (_, t, v), o in zip(items, outs):
                 if t is None:
                     set_buffer(v, o, device)
 
 
-def _target_layout(t: Any) -> str:
+def target_layout(t: Any) -> str:
+    """The layout class a kernel writes output view ``t`` with (a broadcast inner axis, "R", is
+    written through its strides, "S")."""
     lay = layout_class(tuple(t.shape), tuple(t.strides), t.dtype.itemsize)
     return "S" if lay == "R" else lay
 

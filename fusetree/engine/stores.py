@@ -34,7 +34,7 @@ from typing import Any
 from .. import config
 from ..errors import FusetreeError
 from ..ir import node as _node_mod
-from ..ir.node import EXPAND, REDUCE, Node, address, layout_class, span_of
+from ..ir.node import EXPAND, REDUCE, Node, address, span_of
 from . import executor, horizontal
 from . import realization as _r
 from .state import HOOK, LOCK, PENDING, STATS, STORES
@@ -240,7 +240,7 @@ def _flush(stores: list[Store]) -> None:
         for device, shape, comp in plain:
             nodes = [e[0] for e in comp]
             targets = [e[1] for e in comp]
-            layouts = ["C" if t is None else _layout(t) for t in targets]
+            layouts = ["C" if t is None else _r.target_layout(t) for t in targets]
             outs = _r.run_group(nodes, [], device, shape, targets, layouts)
             for (_, t, w), o in zip(comp, outs):
                 if t is None:
@@ -248,11 +248,6 @@ def _flush(stores: list[Store]) -> None:
     for s in stores:
         if s.owner._node is s.node:
             _r.set_buffer(s.owner, s.target, s.device, s.tnode)
-
-
-def _layout(t: Any) -> str:
-    lay = layout_class(tuple(t.shape), tuple(t.strides), t.dtype.itemsize)
-    return "S" if lay == "R" else lay
 
 
 def _plan_groups(stores: list[Store], readers: list) -> dict | None:
