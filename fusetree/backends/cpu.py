@@ -256,10 +256,6 @@ class CPULauncher:
 
 
 _KERNEL_GLOBALS: dict[str, Any] = {}
-# the helpers a kernel calls are compiled into its cached machine code: their source is in the key
-_HELPERS_DIGEST = hashlib.sha256(
-    b"".join((pathlib.Path(__file__).parent / f).read_bytes() for f in ("cpu.py", "helpers.py"))
-).hexdigest()[:16]
 
 
 def kernel_globals() -> dict[str, Any]:
@@ -339,6 +335,7 @@ class CPUBackend(Backend):
     def __init__(self) -> None:
         self.ns = kernel_globals()
         self.cache_dir: str | None = ""  # resolved on the first compile
+        self.cache_salt = ""  # versions and helper sources in every disk-cache key (set with it)
 
     def cache_tag(self) -> str:
         return "cpu/par" if config.current.cpu_parallel else "cpu/serial"
@@ -348,7 +345,7 @@ class CPUBackend(Backend):
         d = self._cache_dir()
         if d is not None:
             key = hashlib.sha256(
-                f"{spec.key_text}|{self.cache_tag()}|{config.CODEGEN_VERSION}|{numba.__version__}|{_HELPERS_DIGEST}|{source}".encode()
+                f"{spec.key_text}|{self.cache_tag()}|{self.cache_salt}|{source}".encode()
             ).hexdigest()[:24]
             try:
                 mod = _cached_module(d, key, spec.name, source)
@@ -372,6 +369,13 @@ class CPUBackend(Backend):
                 try:
                     d = os.path.join(disk_cache_dir(), f"cpu-v{config.CODEGEN_VERSION}")
                     os.makedirs(d, mode=0o700, exist_ok=True)
+                    # the helpers a kernel calls are compiled into its cached machine code: their
+                    # source is part of every key, with the codegen and numba versions
+                    helpers_src = b"".join(
+                        (pathlib.Path(__file__).parent / f).read_bytes() for f in ("cpu.py", "helpers.py")
+                    )
+                    digest = hashlib.sha256(helpers_src).hexdigest()[:16]
+                    self.cache_salt = f"{config.CODEGEN_VERSION}|{numba.__version__}|{digest}"
                     self.cache_dir = d
                 except OSError:
                     pass
