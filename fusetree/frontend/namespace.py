@@ -263,15 +263,14 @@ BOUNDARIES = {
     for name, np_name in {
         "unstack": "unstack", "expand_dims": "expand_dims",
         "squeeze": "squeeze", "flip": "flip", "roll": "roll", "permute_dims": "permute_dims",
-        "moveaxis": "moveaxis", "broadcast_to": "broadcast_to", "broadcast_arrays": "broadcast_arrays",
+        "moveaxis": "moveaxis", "broadcast_to": "broadcast_to",
         "repeat": "repeat", "tile": "tile", "take": "take", "take_along_axis": "take_along_axis",
         "_sort": "sort", "_argsort": "argsort", "searchsorted": "searchsorted", "nonzero": "nonzero",
         "unique_all": "unique_all", "unique_counts": "unique_counts", "unique_inverse": "unique_inverse",
         "unique_values": "unique_values", "cumulative_sum": "cumulative_sum",
         "cumulative_prod": "cumulative_prod", "count_nonzero": "count_nonzero", "diff": "diff",
         "tensordot": "tensordot", "vecdot": "vecdot", "matrix_transpose": "matrix_transpose",
-        "tril": "tril", "triu": "triu", "meshgrid": "meshgrid", "arange": "arange", "linspace": "linspace",
-        "eye": "eye", "from_dlpack": "from_dlpack",
+        "tril": "tril", "triu": "triu", "from_dlpack": "from_dlpack",
     }.items()
 }  # fmt: skip
 
