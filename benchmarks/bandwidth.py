@@ -1,11 +1,22 @@
-"""Device bandwidth of fused kernels on 64M elements vs a device-to-device copy, one run.
+"""Device bandwidth of fused elementwise kernels vs a device-to-device copy and torch.compile, one run.
 
-GB/s counts the fused minimum: every input read once, the output written once. Timed with CUDA
-events over repeated launches into a preallocated output (allocation excluded), median of repeats.
+    python benchmarks/bandwidth.py [--size 8192] [--sweep] [--json out.json]
+
+Cases over an (S, S) matrix (S = 8192: 64M elements), float32 and float16: contiguous
+``a*b+exp(c)``, a 6-input expression, a row-broadcast bias + relu + residual, a column-broadcast scale
++ residual, and a transposed input. GB/s counts the fused minimum (every full-size input read once,
+the output written once); % copy compares with ``cupy.copyto`` of the same dtype in the same run.
+fusetree writes into a preallocated output (``out[...] = expr``); torch.compile returns a fresh
+tensor (its caching allocator: no allocation cost). Timed with CUDA events over repeated calls,
+median of repeats, warm-up excluded. Each fusetree result is checked against torch's.
+``--sweep``: block size x waves for two float32 cases (the numbers behind the launch shapes in
+``fusetree/backends/cuda.py``).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import statistics
 import sys
@@ -30,57 +41,120 @@ def gpu_time(fn, repeats=7, iters=20):
     return statistics.median(ts)
 
 
-def main(sweep: bool = True) -> None:
+def cases(xp):
+    """name -> (expression over (a, b, c, d, e, f, bias, col, at), number of full-size inputs)."""
+    sig = xp.sigmoid
+    relu = xp.relu if hasattr(xp, "relu") else (lambda x: xp.maximum(x, 0))
+    return {
+        "contiguous a*b+exp(c)": (lambda v: v["a"] * v["b"] + xp.exp(v["c"]), 3),
+        "6-input": (lambda v: (v["a"] * v["b"] + v["c"]) * sig(v["d"]) - v["e"] / (v["f"] + 2), 6),
+        "row-broadcast relu(x+bias)+res": (lambda v: relu(v["a"] + v["bias"]) + v["b"], 2),
+        "column-broadcast x*s+res": (lambda v: v["a"] * v["col"] + v["b"], 2),
+        "transposed a.T+b": (lambda v: v["at"].T + v["b"], 2),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--json")
+    args = ap.parse_args()
     import cupy as cp
+    import numpy as np
 
     import fusetree as ft
     from fusetree.engine import kernels
 
-    n = 64 * 1024 * 1024
+    torch = None
+    if not args.no_torch:
+        try:
+            import torch
+
+            torch.backends.cuda.matmul.allow_tf32 = False
+        except Exception as e:  # pragma: no cover
+            print(f"torch unavailable: {e}", file=sys.stderr)
+    S = args.size
+    n = S * S
     rows = []
     for dt in (cp.float32, cp.float16):
+        name_dt = cp.dtype(dt).name
         item = cp.dtype(dt).itemsize
-        xs = [cp.random.random(n, dtype=cp.float32).astype(dt) for _ in range(6)]
-        out = cp.empty(n, dt)
-        t = gpu_time(lambda: cp.copyto(out, xs[0]))
+        rng = cp.random.default_rng(0)
+        full = {k: rng.standard_normal((S, S), dtype=cp.float32).astype(dt) for k in "abcdef"}
+        full["at"] = rng.standard_normal((S, S), dtype=cp.float32).astype(dt)
+        small = {"bias": rng.standard_normal(S, dtype=cp.float32).astype(dt),
+                 "col": rng.standard_normal((S, 1), dtype=cp.float32).astype(dt)}  # fmt: skip
+        out = cp.empty((S, S), dt)
+        t = gpu_time(lambda: cp.copyto(out, full["a"]))
         copy_bw = 2 * n * item / t / 1e9
-        rows.append((f"copy {cp.dtype(dt).name}", copy_bw, 100.0))
-        f = [ft.asarray(x) for x in xs]
-        fo = ft.asarray(out)
-
-        def e3():
-            fo[...] = f[0] * f[1] + ft.exp(f[2])
-
-        def e6():
-            fo[...] = (f[0] * f[1] + f[2]) * ft.sigmoid(f[3]) - f[4] / (f[5] + 2)
-
-        for name, fn, nin in (("a*b+exp(c)", e3, 3), ("6-input", e6, 6)):
-            t = gpu_time(fn)
-            bw = (nin + 1) * n * item / t / 1e9
-            rows.append((f"fusetree {name} {cp.dtype(dt).name}", bw, 100 * bw / copy_bw))
-            if sweep and dt == cp.float32:
-                k = list(kernels._CACHE.values())[-1]  # the kernel fn just compiled
-                saved = (k.block, k.max_blocks)
-                for block in (128, 256, 512):
-                    for waves in (1, 4, 16, 10**6):
-                        k.block, k.max_blocks = block, min(10**9, 132 * waves * (2048 // block))
-                        t = gpu_time(fn, repeats=3, iters=10)
-                        bw = (nin + 1) * n * item / t / 1e9
-                        rows.append((f"  sweep {name} block={block} waves={waves}", bw, 100 * bw / copy_bw))
-                k.block, k.max_blocks = saved
-        ref = cp.asnumpy((xs[0].astype(cp.float32) * xs[1] + cp.exp(xs[2].astype(cp.float32))).astype(dt))
-        e3()
-        import numpy as np
-
-        np.testing.assert_allclose(
-            cp.asnumpy(out).astype(np.float32),
-            ref.astype(np.float32),
-            rtol=2e-3 if dt == cp.float16 else 1e-5,
+        rows.append(
+            {
+                "case": "copy",
+                "dtype": name_dt,
+                "impl": "cupy.copyto",
+                "us": t * 1e6,
+                "gbps": copy_bw,
+                "pct": 100.0,
+            }
         )
-    print("\n| kernel (64M elements) | GB/s | % of copy |\n|---|---:|---:|")
-    for name, bw, pct in rows:
-        print(f"| {name} | {bw:.0f} | {pct:.1f}% |")
+        fv = {k: ft.asarray(v) for k, v in {**full, **small}.items()}
+        fo = ft.asarray(out)
+        tv = {k: torch.as_tensor(v, device="cuda") for k, v in {**full, **small}.items()} if torch else None
+        for (name, (expr, nin)), (_, (texpr, _)) in zip(
+            cases(ft).items(), cases(torch).items() if torch else cases(ft).items()
+        ):
+
+            def run_ft(expr=expr):
+                fo[...] = expr(fv)
+
+            nbytes = (nin + 1) * n * item
+            t = gpu_time(run_ft)
+            rows.append({"case": name, "dtype": name_dt, "impl": "fusetree", "us": t * 1e6, "gbps": nbytes / t / 1e9,
+                         "pct": 100 * nbytes / t / 1e9 / copy_bw})  # fmt: skip
+            if torch is not None:
+                fn = torch.compile(texpr)
+                t = gpu_time(lambda fn=fn: fn(tv))
+                rows.append({"case": name, "dtype": name_dt, "impl": "torch.compile", "us": t * 1e6,
+                             "gbps": nbytes / t / 1e9, "pct": 100 * nbytes / t / 1e9 / copy_bw})  # fmt: skip
+                want = cp.asarray(fn(tv)).astype(cp.float32)
+                run_ft()
+                got = out.astype(cp.float32)
+                tol = 2e-2 if dt == cp.float16 else 1e-5
+                err = float(cp.max(cp.abs(got - want) / (cp.abs(want) + 1)))
+                assert err < tol, f"{name} {name_dt}: fusetree differs from torch by {err}"
+            if (
+                args.sweep
+                and dt == cp.float32
+                and name in ("contiguous a*b+exp(c)", "row-broadcast relu(x+bias)+res")
+            ):
+                run_ft()
+                k = list(kernels._CACHE.values())[-1]  # the kernel just used
+                saved = (k.block, k.max_blocks)
+                sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+                for block in (128, 256, 512, 1024):
+                    for waves in (1, 2, 4, 10**6):
+                        k.block, k.max_blocks = block, min(10**9, sms * waves * (2048 // block))
+                        t = gpu_time(run_ft, repeats=3, iters=10)
+                        rows.append({"case": f"  sweep {name} block={block} waves={waves}", "dtype": name_dt,
+                                     "impl": "fusetree", "us": t * 1e6, "gbps": nbytes / t / 1e9,
+                                     "pct": 100 * nbytes / t / 1e9 / copy_bw})  # fmt: skip
+                k.block, k.max_blocks = saved
+    print(f"\n| case ({S}x{S}) | dtype | impl | µs | GB/s | % of copy |\n|---|---|---|---:|---:|---:|")
+    for r in rows:
+        print(
+            f"| {r['case']} | {r['dtype']} | {r['impl']} | {r['us']:.1f} | {r['gbps']:.0f} | {r['pct']:.1f}% |"
+        )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {"size": S, "rows": rows, "device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode()},
+                f,
+                indent=1,
+            )
+    _ = np
 
 
 if __name__ == "__main__":
-    main("--no-sweep" not in sys.argv)
+    main()

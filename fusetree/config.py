@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 MAX_KERNEL_PARAMS = 480
 
 # Bumped whenever generated code changes meaning; part of every kernel key and disk-cache entry.
-CODEGEN_VERSION = 6
+CODEGEN_VERSION = 7
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -32,7 +32,8 @@ class Options:
     debug: bool = False  # print every newly generated kernel's source
     cpu_parallel: bool = True  # numba parallel=True loops on the CPU backend
     max_kernel_params: int = MAX_KERNEL_PARAMS
-    cuda_unroll: int = 1  # elements per thread per grid-stride step in flat CUDA kernels
+    cuda_unroll: int = 1  # groups (vectors or elements) per thread per grid-stride step, CUDA
+    cuda_vector: bool = True  # CUDA elementwise kernels: 16-byte accesses where the arrays allow
     max_cached_kernels: int = 1024  # in-memory kernel cache bound (LRU); a numba CPU kernel holds ~3 MB
     # reductions: threads per row on CUDA (0: chosen from the row length), and rows longer than
     # ``reduce_split`` elements are reduced in two stages of chunks that long (0: automatic)
@@ -50,6 +51,7 @@ def _from_env() -> Options:
         cpu_parallel=_env_flag("FUSETREE_CPU_PARALLEL", True),
         max_kernel_params=int(os.environ.get("FUSETREE_MAX_KERNEL_PARAMS", MAX_KERNEL_PARAMS)),
         cuda_unroll=int(os.environ.get("FUSETREE_CUDA_UNROLL", 1)),
+        cuda_vector=_env_flag("FUSETREE_CUDA_VECTOR", True),
         max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 1024)),
         reduce_threads=int(os.environ.get("FUSETREE_REDUCE_THREADS", 0)),
         reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),

@@ -100,3 +100,23 @@ def test_horizontal_kernel_compiles_to_ptx(dtype):
     assert "cuda.blockIdx.x" in src and params[-3:] == ["tab", "nrows", "ncols"]
     ptx = ptx_fn(spec, src)[0]
     assert _ptx_params(ptx) == len(params)
+
+
+def _wide(ptx: str, op: str) -> list[str]:
+    """The 8- and 16-byte global accesses (``ld``/``st``) in ``ptx``."""
+    return re.findall(rf"{op}\.global(?:\.nc)?\.v[24]\.(?:u32|b32|f32|u16|b16|f16|f64|u64)", ptx)
+
+
+def test_wide_global_accesses_in_ptx():
+    """Contiguous float16 kernels, row-broadcast kernels and a row softmax load and store with
+    16-byte (or 8-byte) global accesses."""
+    h = [ft.asarray(np.ones(64, np.float16)) for _ in range(3)]
+    (k,) = ft.explain(h[0] * h[1] + ft.exp(h[2]), target="cuda").kernels
+    assert "vld8" in k.source
+    assert any(".v4.u32" in x for x in _wide(k.ptx, "ld")) and _wide(k.ptx, "st"), k.ptx
+    x = ft.asarray(np.ones((8, 256), np.float32))
+    bias = ft.asarray(np.ones(256, np.float32))
+    (k,) = ft.explain(ft.maximum(x + bias, 0) * 2, target="cuda").kernels
+    assert "flat=False" in k.source and _wide(k.ptx, "ld") and _wide(k.ptx, "st")
+    (k,) = ft.explain(ft.softmax(x, -1), target="cuda").kernels
+    assert "ld.global.v4.f32" in k.ptx and "st.global.v4.f32" in k.ptx

@@ -48,8 +48,24 @@ if PART == "reductions":
     with ft.options(reduce_threads=64):  # several warps per row: the shared-memory exchange
         checked += rc.check_patterns(D, rng, shape=(2, 70), dtypes=("float32",))
     checked += rc.check_kinds(D, rng, [(2, 3, 4)], ["float32", "int16", "bool"])
+    # rows held in registers with wide loads (row length a multiple of the vector width, rows
+    # aligned), and the streaming fallback for misaligned row views
+    checked += rc.check_patterns(D, rng, shape=(3, 16), dtypes=("float32", "float16"))
+    checked += rc.check_patterns(D, rng, shape=(2, 24), dtypes=("float64",))
+    checked += rc.check_kinds(D, rng, [(3, 16)], ["float32", "float16"])
+    xv = rng.standard_normal((3, 24)).astype(np.float32)
+    av = ft.asarray(xv, device=D)
+    for lo in (0, 1, 4):
+        got = ft.softmax(av[:, lo:lo + 16], -1).numpy()
+        e = np.exp(xv[:, lo:lo + 16] - xv[:, lo:lo + 16].max(-1, keepdims=True))
+        np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, err_msg=f"softmax view at {lo}")
+        checked += 1
 if PART == "semantics":
     checked += semantics()
+if PART == "vector":
+    import vector_cases
+
+    checked += vector_cases.check_elementwise(D, rng)
 print("SIM OK", checked)
 """
 
@@ -99,7 +115,7 @@ def semantics():
 """
 
 
-@pytest.mark.parametrize("part", ["ops", "reductions", "semantics"])
+@pytest.mark.parametrize("part", ["ops", "reductions", "semantics", "vector"])
 def test_generated_cuda_kernels_in_simulator(part):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
     script = SCRIPT.replace("# SEMANTICS", SEMANTICS)

@@ -207,6 +207,23 @@ def test_large_reductions_and_two_stage_on_gpu(rng):
         np.testing.assert_allclose(y, rc._np_softmax(x.astype(np.float64), -1), rtol=2e-5, atol=1e-9)
 
 
+def test_wide_access_paths_on_gpu(rng):
+    """16-byte loads/stores and their fallbacks on the GPU (real alignment: views at odd element
+    offsets are misaligned here, unlike in the simulator's copies), sizes spanning many blocks;
+    reductions with rows held in registers, aligned and misaligned rows."""
+    import reduce_cases as rc
+    import vector_cases
+
+    assert vector_cases.check_elementwise("cuda", rng, scale=300) > 0
+    for shape in ((64, 4096), (33, 1000), (5, 16384), (7, 16388)):
+        assert rc.check_patterns("cuda", rng, shape=shape, dtypes=("float32", "float16")) == 32
+    x = rng.standard_normal((9, 4100)).astype(np.float32)
+    a = ft.asarray(x, device="cuda")
+    for lo in (0, 1, 2, 4):
+        want = rc._np_softmax(x[:, lo : lo + 4096].astype(np.float64), -1)
+        np.testing.assert_allclose(ft.softmax(a[:, lo : lo + 4096], -1).numpy(), want, rtol=2e-5, atol=1e-9)
+
+
 # -- CUDA graphs -------------------------------------------------------------------------------
 
 

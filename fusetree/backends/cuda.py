@@ -34,8 +34,9 @@ from numba.cuda import libdevice  # noqa: E402
 from .. import config  # noqa: E402
 from ..codegen import abi  # noqa: E402
 from ..codegen.common import Target  # noqa: E402
+from ..codegen.elementwise import vector_width  # noqa: E402
 from ..errors import CompileError, DeviceError, UnsupportedError  # noqa: E402
-from . import helpers  # noqa: E402
+from . import helpers, vector  # noqa: E402
 from .base import Backend, mapped, pow2_at_least, store_product  # noqa: E402
 from .cublas import CuBLAS  # noqa: E402
 from .diskcache import disk_cache_dir, read_disk_cache, save_source, write_disk_cache  # noqa: E402
@@ -91,6 +92,7 @@ def device_namespace() -> dict[str, Any]:
     global _device_ns
     if _device_ns is None:
         ns = helpers.namespace(lambda f: cuda.jit(device=True)(f), libdevice)
+        ns.update(vector.cuda_namespace())
         ns["cuda"] = cuda
         _device_ns = ns
     return _device_ns
@@ -146,10 +148,10 @@ class CUDAKernel:
     """A loaded kernel and its prepared launch: parameter buffer, pointer array, block size."""
 
     __slots__ = ("args", "block", "buf", "flat", "func", "max_blocks", "max_threads", "name", "packer",
-                 "params", "ptx", "source")  # fmt: skip
+                 "params", "per_thread", "ptx", "source")  # fmt: skip
 
     def __init__(self, func: int, fmt: str, block: int, max_blocks: int, name: str, ptx: str,
-                 max_threads: int = 1024, flat: bool = True) -> None:  # fmt: skip
+                 max_threads: int = 1024, flat: bool = True, per_thread: int = 1) -> None:  # fmt: skip
         self.func = func
         self.packer = struct.Struct("=" + fmt)
         self.buf = ctypes.create_string_buffer(max(8, self.packer.size))
@@ -163,6 +165,7 @@ class CUDAKernel:
         self.name = name
         self.ptx = ptx
         self.flat = flat
+        self.per_thread = per_thread  # elements a thread takes per grid-stride step (vectors, unroll)
         self.source = ""
 
 
@@ -230,7 +233,7 @@ class CUDABackend(Backend):
         return cp.ndarray(shape, dtype, memptr=root.data + offset, strides=strides)
 
     def cache_tag(self) -> str:
-        return f"cuda/u{config.current.cuda_unroll}"
+        return f"cuda/u{config.current.cuda_unroll}v{int(config.current.cuda_vector)}"
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         try:
@@ -263,7 +266,11 @@ class CUDABackend(Backend):
             func = self.driver.function(mod, name)
             block, per_sm = self.driver.occupancy(func)
             maxt = self.driver.max_threads(func)
-        kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt, spec.flat)
+        per_thread = 1
+        if spec.frame is None and not spec.horizontal:
+            opts = config.current
+            per_thread = max(1, opts.cuda_unroll) * (vector_width(spec) if opts.cuda_vector else 1)
+        kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt, spec.flat, per_thread)
         return kernel, {"disk_hit": disk_hit, "ptx": ptx}
 
     def save_source(self, spec: Any, source: str) -> str:
@@ -302,17 +309,41 @@ class CUDABackend(Backend):
         else:
             args.extend(shape if shape else (1,))
         args.append(n)
-        self._launch(k, args, min((n + k.block - 1) // k.block, k.max_blocks), k.block)
+        grid, block = self.elementwise_config(k, shape, n)
+        self._launch(k, args, grid, block)
 
-    def _launch(self, k: CUDAKernel, args: list, grid: int, block: int) -> None:
+    def elementwise_config(self, k: CUDAKernel, shape: tuple, n: int) -> tuple[Any, Any]:
+        """(grid, block) of an elementwise launch over ``shape`` (``n`` elements): flat kernels a
+        1-D grid of at most one wave of resident blocks; row kernels (codegen.elementwise) a 2-D
+        grid, x along the inner axis (threads enough for the row, ``per_thread`` elements each)
+        and y over rows, ``block`` threads per block."""
+        per = k.per_thread
+        if k.flat:
+            return max(1, min(-(-n // (k.block * per)), k.max_blocks)), k.block
+        nin = shape[-1] if shape else 1
+        cols = -(-nin // per)
+        bx = min(k.block, pow2_at_least(cols))
+        by = k.block // bx
+        gx = max(1, min(-(-cols // bx), k.max_blocks))
+        gy = max(1, min(-(-(n // max(nin, 1)) // by), 65535, k.max_blocks // gx))
+        return (gx, gy), (bx, by)
+
+    def _launch(self, k: CUDAKernel, args: list, grid: Any, block: Any) -> None:
         """Pack ``args`` into the kernel's parameter buffer and launch on CuPy's current stream."""
         k.packer.pack_into(k.buf, 0, *args)
+        self._call(k, k.args, grid, block)
+
+    def _call(self, k: CUDAKernel, params: int, grid: Any, block: Any) -> None:
+        """cuLaunchKernel of ``k`` with the parameter pointer array at ``params``; ``grid`` and
+        ``block`` are ints (1-D) or (x, y) pairs."""
+        gx, gy = grid if type(grid) is tuple else (grid, 1)
+        bx, by = block if type(block) is tuple else (block, 1)
         stream = _current_stream().ptr
-        res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, k.args, None)
+        res = self.driver.launch_fn(k.func, gx, gy, 1, bx, by, 1, 0, stream, params, None)
         if res != 0:
             if res == 201:  # no current context on this thread: make CuPy's current and retry
                 self.driver.lib.cuCtxSetCurrent(self.ctx)
-                res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, k.args, None)
+                res = self.driver.launch_fn(k.func, gx, gy, 1, bx, by, 1, 0, stream, params, None)
             self.driver.check(res, f"cuLaunchKernel({k.name})")
 
     # -- reduction kernels --------------------------------------------------------------------
@@ -360,14 +391,8 @@ class CUDABackend(Backend):
             if last is None or last[j] != v:
                 _Q.pack_into(buf, 8 * p.slot, v)
 
-    def launch_params(self, k: CUDAKernel, params: Any, grid: int, block: int) -> None:
-        stream = _current_stream().ptr
-        res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, params[2], None)
-        if res != 0:
-            if res == 201:
-                self.driver.lib.cuCtxSetCurrent(self.ctx)
-                res = self.driver.launch_fn(k.func, grid, 1, 1, block, 1, 1, 0, stream, params[2], None)
-            self.driver.check(res, f"cuLaunchKernel({k.name})")
+    def launch_params(self, k: CUDAKernel, params: Any, grid: Any, block: Any) -> None:
+        self._call(k, params[2], grid, block)
 
     # -- GEMM --------------------------------------------------------------------------------
     def _blas(self) -> CuBLAS:

@@ -29,6 +29,13 @@ class KernelNodeParams(ctypes.Structure):
     ]  # fmt: skip
 
 
+def _node_params(func: int, grid: Any, block: Any, params_ptr: int) -> KernelNodeParams:
+    """A kernel node's parameters; ``grid``/``block`` are ints (1-D) or (x, y) pairs."""
+    gx, gy = grid if type(grid) is tuple else (grid, 1)
+    bx, by = block if type(block) is tuple else (block, 1)
+    return KernelNodeParams(func, gx, gy, 1, bx, by, 1, 0, params_ptr, None, None, None)
+
+
 def _setup(lib: Any) -> None:
     if getattr(lib, "_fusetree_graphs", False):
         return
@@ -62,8 +69,8 @@ class GraphBuilder:
             return None, 0
         return (_vp * 1)(self.last), 1
 
-    def kernel(self, func: int, grid: int, block: int, params_ptr: int) -> int:
-        p = KernelNodeParams(func, grid, 1, 1, block, 1, 1, 0, params_ptr, None, None, None)
+    def kernel(self, func: int, grid: Any, block: Any, params_ptr: int) -> int:
+        p = _node_params(func, grid, block, params_ptr)
         node = _vp()
         deps, n = self._deps()
         self.driver.check(self.lib.cuGraphAddKernelNode_v2(ctypes.byref(node), self.graph, deps, n, ctypes.byref(p)),
@@ -100,8 +107,8 @@ class Exec:
     def launch(self, stream: int) -> None:
         self.driver.check(self.lib.cuGraphLaunch(self.exec, stream), "cuGraphLaunch")
 
-    def set_kernel(self, node: int, func: int, grid: int, block: int, params_ptr: int) -> None:
-        p = KernelNodeParams(func, grid, 1, 1, block, 1, 1, 0, params_ptr, None, None, None)
+    def set_kernel(self, node: int, func: int, grid: Any, block: Any, params_ptr: int) -> None:
+        p = _node_params(func, grid, block, params_ptr)
         self.driver.check(self.lib.cuGraphExecKernelNodeSetParams_v2(self.exec, node, ctypes.byref(p)),
                           "cuGraphExecKernelNodeSetParams")  # fmt: skip
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..codegen.common import Target
 from ..errors import DeviceError
-from . import helpers
+from . import helpers, vector
 from .base import Backend, mapped, pow2_at_least, store_product
 from .cpu import _flat_view, _frame_outputs, host_view
 
@@ -47,12 +47,13 @@ class SimBackend(Backend):
 
     def __init__(self) -> None:
         self.ns = helpers.namespace(lambda f: f, None)  # the simulator runs plain Python
+        self.ns.update(vector.sim_namespace())
         self.ns["cuda"] = cuda
 
     def cache_tag(self) -> str:
         from .. import config
 
-        return f"cuda-sim/u{config.current.cuda_unroll}"
+        return f"cuda-sim/u{config.current.cuda_unroll}v{int(config.current.cuda_vector)}"
 
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
         ns = dict(self.ns)
@@ -84,9 +85,11 @@ class SimBackend(Backend):
         n = int(np.prod(shape, dtype=np.int64))
         args.extend([n] if launcher.flat else (list(shape) if shape else [1]))
         args.append(n)
-        block = 32
-        grid = max(1, min((n + block - 1) // block, 4))
-        launcher.fn[grid, block](*args)
+        if launcher.flat:
+            block, grid = 32, max(1, min((n + 31) // 32, 4))
+            launcher.fn[grid, block](*args)
+        else:  # row kernels: a 2-D grid (x along the row, y over rows), small to keep it quick
+            launcher.fn[(2, 2), (4, 4)](*args)
 
     def bind_frame(self, data: Any, smap: tuple) -> tuple:
         base, off, strides, _ = _flat_view(data)

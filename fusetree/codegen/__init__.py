@@ -12,13 +12,14 @@ from . import abi, elementwise, frame, horizontal
 from .common import Target
 
 
-def render(spec: KernelSpec, target: Target, unroll: int = 1) -> tuple[str, list[str]]:
-    """Source of ``spec`` for ``target`` and its parameter names (see :mod:`.abi`)."""
+def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True) -> tuple[str, list[str]]:
+    """Source of ``spec`` for ``target`` and its parameter names (see :mod:`.abi`); ``unroll`` and
+    ``vector``: see :func:`.elementwise.render`."""
     if spec.frame is not None:
         return frame.render(spec, target)
     if spec.horizontal:
         return horizontal.render(spec, target)
-    return elementwise.render(spec, target, unroll)
+    return elementwise.render(spec, target, unroll, vector)
 
 
 __all__ = ["Target", "abi", "render"]

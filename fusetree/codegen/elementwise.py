@@ -13,24 +13,40 @@ parameters (:mod:`fusetree.codegen.abi`).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from ..ir import dtypes
-from ..schedule.spec import KernelSpec, Ref
+from ..schedule.spec import KernelSpec, OutSpec, Ref
 from . import abi
 from .common import Target, Writer, begin, op_value
 
 
+class Vector(NamedTuple):
+    """Wide accesses in :func:`body`: ``width`` elements per ``vld``/``vst``; ``leaves`` and ``outs``
+    map the arrays accessed that way to the index expression of a group's first element (with
+    ``{e}`` standing for the group's element offset); ``groups`` lists (offset expression, copy
+    suffixes of the group's elements)."""
+
+    width: int
+    leaves: dict[int, str]
+    outs: dict[int, str]
+    groups: list[tuple[str, list[str]]]
+
+
 def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: frozenset | set = frozenset(),
-         copies: tuple[str, ...] = ("",)) -> None:  # fmt: skip
+         copies: tuple[str, ...] = ("",), vector: Vector | None = None) -> None:  # fmt: skip
     """Loads, one assignment per op, stores. ``load(i, sfx)``/``store(k, sfx)`` give array element
     expressions. Several ``copies`` (name suffixes, for unrolled loops) emit every copy's loads
-    first, then every copy's ops, then the stores, so loads are in flight together."""
+    first, then every copy's ops, then the stores, so loads are in flight together; with a
+    ``vector``, the copies of a group load and store the arrays it names with one wide access."""
     reg: dict[Ref, np.dtype] = {}
     desc: dict[Ref, dtypes.Desc] = {}
     name: dict[Ref, str] = {}
     used = {r for o in spec.ops for r in o.args} | {o.ref for o in spec.outs}
     fixed = {("x", i) for i, lf in enumerate(spec.leaves) if lf.kind == "scalar" or i in preloaded}
+    wide = vector.leaves if vector is not None else {}
     loads = []
     for i, lf in enumerate(spec.leaves):
         r: Ref = ("x", i)
@@ -43,9 +59,20 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
             name[r] = f"x{i}"
             if i not in preloaded:
                 loads.append((i, lf))
+    if vector is not None:
+        for e, sfxs in vector.groups:
+            for i, lf in loads:
+                if i in wide:
+                    direct = target.load("v", lf.dtype) == "v"  # no conversion: unpack into x<i>
+                    raw = [f"{'x' if direct else 'v'}{i}{s}" for s in sfxs]
+                    w(f"{', '.join(raw)} = vld{vector.width}(in{i}, {wide[i].format(e=e)})")
+                    if not direct:
+                        for s, v in zip(sfxs, raw):
+                            w(f"x{i}{s} = {target.load(v, lf.dtype)}")
     for sfx in copies:
         for i, lf in loads:
-            w(f"x{i}{sfx} = {target.load(load(i, sfx), lf.dtype)}")
+            if i not in wide:
+                w(f"x{i}{sfx} = {target.load(load(i, sfx), lf.dtype)}")
     lines = []
     for j, o in enumerate(spec.ops):
         args = [name[a] + "{sfx}" * (a not in fixed) for a in o.args]
@@ -56,37 +83,65 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
     for sfx in copies:
         for line in lines:
             w(line.replace("{sfx}", sfx))
+
+    def value(out: OutSpec, sfx: str) -> str:
+        src = name[out.ref] + ("" if out.ref in fixed else sfx)
+        return target.store(src, reg[out.ref], out.dtype)
+
+    wide_outs = vector.outs if vector is not None else {}
     for sfx in copies:
         for k, out in enumerate(spec.outs):
-            src = name[out.ref] + ("" if out.ref in fixed else sfx)
-            w(f"{store(k, sfx)} = {target.store(src, reg[out.ref], out.dtype)}")
+            if k not in wide_outs:
+                w(f"{store(k, sfx)} = {value(out, sfx)}")
+    if vector is not None:
+        for e, sfxs in vector.groups:
+            for k, out in enumerate(spec.outs):
+                if k in wide_outs:
+                    vals = ", ".join(value(out, s) for s in sfxs)
+                    w(f"vst{vector.width}(out{k}, {wide_outs[k].format(e=e)}, ({vals}))")
 
 
-def render(spec: KernelSpec, target: Target, unroll: int = 1) -> tuple[str, list[str]]:
-    """Source of elementwise kernel ``spec`` for ``target`` and its parameter names. ``unroll``:
-    elements per thread and grid-stride step of a flat CUDA kernel."""
+def vector_width(spec: KernelSpec) -> int:
+    """Elements per wide access of a CUDA elementwise kernel: 16 bytes of its widest array, at
+    most 8 elements (float32: 4, float16: 8, float64: 2); 1 when there are no arrays."""
+    items = [lf.dtype.itemsize for lf in spec.leaves if lf.kind == "buffer"]
+    items += [o.dtype.itemsize for o in spec.outs]
+    return max(1, min(8, 16 // max(items))) if items else 1
+
+
+def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True) -> tuple[str, list[str]]:
+    """Source of elementwise kernel ``spec`` for ``target`` and its parameter names. CUDA targets:
+    ``unroll`` groups (vectors, or elements without ``vector``) per thread and grid-stride step;
+    ``vector``: wide accesses where the arrays allow (see :func:`_render_cuda`)."""
     params = [p.name for p in abi.params(spec, target.name)]
     w = begin(spec, target.name, params)
+    if target.cuda:
+        _render_cuda(spec, target, w, max(1, unroll), vector_width(spec) if vector else 1)
+    else:
+        _render_cpu(spec, target, w)
+    return w.text(), params
+
+
+def _arrays(spec: KernelSpec) -> list[tuple[str, str]]:
     arrays = [(f"in{i}", lf.layout) for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"]
-    arrays += [(f"out{k}", o.layout) for k, o in enumerate(spec.outs)]
+    return arrays + [(f"out{k}", o.layout) for k, o in enumerate(spec.outs)]
+
+
+def _render_cpu(spec: KernelSpec, target: Target, w: Writer) -> None:
+    """Flat kernels: one ``prange`` loop. Others: nested loops (``prange`` outermost) carrying each
+    array's position; the innermost loop reads rows sliced out of the 1-D arrays, so LLVM sees
+    unit-stride accesses and vectorizes them without gathers; inner-broadcast ("R") leaves are
+    loaded once per row."""
+    arrays = _arrays(spec)
     nd = max(spec.ndim, 1)
     preloaded: set[int] = set()
     idx: dict[str, str] = {}
-    rows: dict[str, str] = {}  # CPU: arrays read through a row slice (unit stride for LLVM)
+    rows: dict[str, str] = {}  # arrays read through a row slice
     if spec.flat:
         idx = {a: "i" for a, _ in arrays}
-        if target.name == "cpu":
-            w("for i in prange(n):")
-        else:
-            w("i = cuda.grid(1)")
-            w("step = cuda.gridsize(1)")
-            w("while i < n:")
+        w("for i in prange(n):")
         w.indent()
-    elif target.name == "cpu":
-        # Outer dimensions: nested loops (prange outermost) carrying each array's position. The
-        # innermost loop reads rows sliced out of the 1-D arrays, so LLVM sees unit-stride
-        # accesses and vectorizes them without gathers; inner-broadcast ("R") leaves are loaded
-        # once per row.
+    else:
         last = nd - 1
         for d in range(last):
             w(f"for i{d} in {'prange' if d == 0 else 'range'}(n{d}):")
@@ -118,45 +173,165 @@ def render(spec: KernelSpec, target: Target, unroll: int = 1) -> tuple[str, list
                 preloaded.add(i)
         w(f"for i{last} in {'prange' if last == 0 else 'range'}(n{last}):")
         w.indent()
-    else:
-        w("i = cuda.grid(1)")
-        w("step = cuda.gridsize(1)")
-        w("while i < ntotal:")
-        w.indent()
-        w("r = i")
-        for d in range(nd - 1, -1, -1):
-            w(f"i{d} = r % n{d}" if d else "i0 = r")
-            if d:
-                w(f"r = r // n{d}")
-        for a, lay in arrays:
-            if lay == "C":
-                idx[a] = "i"
-                continue
-            terms = [f"i{d}" if lay == "I" and d == nd - 1 else f"i{d} * {a}_s{d}" for d in range(nd)]
-            idx[a] = " + ".join(([f"{a}_o"] if target.offsets else []) + terms)
 
     def elem(a: str, sfx: str = "") -> str:
         return f"{rows.get(a, a)}[{idx[a]}{sfx}]"
 
-    def emit(copies: tuple[str, ...]) -> None:
-        body(spec, w, target, load=lambda i, sfx: elem(f"in{i}", sfx), store=lambda k, sfx: elem(f"out{k}", sfx),
-             preloaded=preloaded, copies=copies)  # fmt: skip
+    body(spec, w, target, load=lambda i, sfx: elem(f"in{i}", sfx), store=lambda k, sfx: elem(f"out{k}", sfx),
+         preloaded=preloaded)  # fmt: skip
 
-    unroll = unroll if target.cuda and spec.flat else 1
-    if unroll > 1:
-        # flat grid-stride loop, ``unroll`` elements (one grid stride apart) per thread and step
-        w.lines.pop()
+
+def _render_cuda(spec: KernelSpec, target: Target, w: Writer, unroll: int, width: int) -> None:
+    """CUDA kernels, in one of two shapes.
+
+    *Flat* (every array C-contiguous): a grid-stride loop over groups of ``width`` elements, each
+    array read and written with one 16-byte (or 8-byte) access per group, when every pointer is
+    aligned to it (checked once per thread, in the kernel: no host work); a scalar loop takes the
+    tail, or everything when a pointer is misaligned.
+
+    *Rows* (anything else): the shape as ``nrows`` rows of the inner axis ``n<last>``, launched as
+    a 2-D grid (x: along the row, y: rows). A thread finds its row's position in every array once
+    per row (the only div/mod), then walks the row: inner-contiguous arrays ("C", "I") with wide
+    accesses when the row length, their row strides and pointers allow; inner-broadcast ("R")
+    leaves are loaded once per row; strided ("S") arrays one element at a time.
+    """
+    arrays = _arrays(spec)
+    item = {f"in{i}": lf.dtype.itemsize for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"}
+    item.update({f"out{k}": o.dtype.itemsize for k, o in enumerate(spec.outs)})
+    nd = max(spec.ndim, 1)
+    last = nd - 1
+    flat = spec.flat
+    wide_arrays = [a for a, lay in arrays if flat or lay in ("C", "I")] if width > 1 else []
+    idx: dict[str, str] = {}  # scalar element index of each array, in terms of j (its element)
+    preloaded: set[int] = set()
+
+    def aligned() -> str:
+        """The kernel's condition for wide accesses (uniform across threads)."""
+        conds = []
+        masks: dict[int, list[str]] = {}
+        for a in wide_arrays:
+            lay = dict(arrays)[a]
+            ptr = f"addr({a})"
+            if target.offsets and spec.strided(lay):
+                ptr = f"(addr({a}) + {a}_o * {item[a]})"
+            masks.setdefault(width * item[a] - 1, []).append(ptr)
+            if not flat and lay == "I":
+                conds += [f"{a}_s{d} % {width} == 0" for d in range(last)]
+        bits = " | ".join(f"({' | '.join(ps)}) & {m}" for m, ps in sorted(masks.items()))
+        conds.insert(0, f"({bits}) == 0")
+        if not flat:
+            conds.insert(0, f"nin % {width} == 0")
+        return " and ".join(conds)
+
+    def group_loop(bound: str, start: str, step: str, elem0: str, unroll: int = unroll) -> None:
+        """A grid-stride loop over groups ``j`` (of ``width`` elements, ``unroll`` per step, then
+        one per step for the rest) whose first element is ``elem0`` (in terms of ``j``)."""
+        sfx = [[f"_{u}_{c}" if unroll > 1 else f"_{c}" for c in range(width)] for u in range(unroll)]
+        w(f"j = {start}")
+        if unroll > 1:
+            w(f"while j + {unroll - 1} * {step} < {bound}:")
+            w.indent()
+            for u in range(1, unroll):
+                w(f"j_{u} = j + {u} * {step}")
+        else:
+            w(f"while j < {bound}:")
+            w.indent()
+        groups = []
+        for u in range(unroll):
+            e = f"e_{u}" if unroll > 1 else "e"
+            w(f"{e} = {elem0.replace('j', 'j' if u == 0 else f'j_{u}')}")
+            groups.append((e, sfx[u]))
+        vec = Vector(width, {}, {}, groups)
+        for i in range(len(spec.leaves)):
+            if f"in{i}" in wide_arrays:
+                vec.leaves[i] = idx[f"in{i}"].replace("J", "{e}")
+        for k in range(len(spec.outs)):
+            if f"out{k}" in wide_arrays:
+                vec.outs[k] = idx[f"out{k}"].replace("J", "{e}")
+        element = {s: f"({e} + {c})" for e, ss in groups for c, s in enumerate(ss)}
+
+        def at(a: str, s: str) -> str:
+            return f"{a}[{idx[a].replace('J', element[s])}]"
+
+        body(spec, w, target, load=lambda i, s: at(f"in{i}", s), store=lambda k, s: at(f"out{k}", s),
+             preloaded=preloaded, copies=tuple(s for ss in sfx for s in ss), vector=vec)  # fmt: skip
+        w(f"j += {unroll} * {step}" if unroll > 1 else f"j += {step}")
         w.dedent()
-        w(f"while i + {unroll - 1} * step < n:")
+        if unroll > 1:
+            group_loop(bound, "j", step, elem0, 1)
+
+    def scalar_loop(bound: str, start: str, step: str) -> None:
+        w(f"j = {start}")
+        w(f"while j < {bound}:")
         w.indent()
-        for u in range(1, unroll):
-            w(f"i_{u} = i + {u} * step")
-        emit(("",) + tuple(f"_{u}" for u in range(1, unroll)))
-        w(f"i += {unroll} * step")
+
+        def at(a: str) -> str:
+            return f"{a}[{idx[a].replace('J', 'j')}]"
+
+        body(spec, w, target, load=lambda i, s: at(f"in{i}"), store=lambda k, s: at(f"out{k}"),
+             preloaded=preloaded)  # fmt: skip
+        w(f"j += {step}")
         w.dedent()
-        w("while i < n:")
+
+    if flat:
+        idx = {a: "J" for a, _ in arrays}
+        w("t = cuda.grid(1)")
+        w("step = cuda.gridsize(1)")
+        tail = "t"
+        if wide_arrays:
+            w(f"if {aligned()}:")
+            w.indent()
+            w(f"nv = n // {width}")
+            group_loop("nv", "t", "step", f"j * {width}")
+            w(f"tail = nv * {width} + t")
+            w.dedent()
+            w("else:")
+            w("    tail = t")
+            tail = "tail"
+        elif unroll > 1:
+            group_loop("n", "t", "step", "j")
+            return
+        scalar_loop("n", tail, "step")
+        return
+    # rows x inner
+    w(f"nin = n{last}")
+    w("nrows = ntotal // nin if nin > 0 else 0")
+    w("tx = cuda.threadIdx.x + cuda.blockIdx.x * cuda.blockDim.x")
+    w("sx = cuda.gridDim.x * cuda.blockDim.x")
+    w("r = cuda.threadIdx.y + cuda.blockIdx.y * cuda.blockDim.y")
+    w("sy = cuda.gridDim.y * cuda.blockDim.y")
+    if wide_arrays:
+        w(f"wide = {aligned()}")
+    w("while r < nrows:")
+    w.indent()
+    if last:
+        w("q = r")
+        for d in range(last - 1, 0, -1):
+            w(f"i{d} = q % n{d}")
+            w(f"q = q // n{d}")
+        w("i0 = q")
+    for a, lay in arrays:
+        if lay == "C":
+            idx[a] = "r * nin + J" if last else "J"
+            continue
+        terms = ([f"{a}_o"] if target.offsets else []) + [f"i{d} * {a}_s{d}" for d in range(last)]
+        w(f"{a}_p = {' + '.join(terms) or '0'}")
+        idx[a] = {"I": f"{a}_p + J", "R": f"{a}_p"}.get(lay, f"{a}_p + J * {a}_s{last}")
+    for i, lf in enumerate(spec.leaves):
+        if lf.kind == "buffer" and lf.layout == "R":  # once per row
+            w(f"x{i} = {target.load(f'in{i}[in{i}_p]', lf.dtype)}")
+            preloaded.add(i)
+    if wide_arrays:
+        w("if wide:")
         w.indent()
-    emit(("",))
-    if target.name != "cpu":
-        w("i += step")
-    return w.text(), params
+        group_loop(f"nin // {width}", "tx", "sx", f"j * {width}")
+        w.dedent()
+        w("else:")
+        w.indent()
+        scalar_loop("nin", "tx", "sx")
+        w.dedent()
+    elif unroll > 1:
+        group_loop("nin", "tx", "sx", "j")
+    else:
+        scalar_loop("nin", "tx", "sx")
+    w("r += sy")

@@ -34,6 +34,9 @@ from . import abi
 from .common import Target, Writer, begin, cast, convert, op_value
 
 UNROLL = 4  # CUDA: elements per thread per step of an element loop (independent loads in flight)
+# CUDA: elements per thread of a row held in registers (the host picks threads per row as
+# pow2_at_least(row length / 16), so rows up to 16 x 1024 elements are held)
+HELD = 16
 
 
 class _Levels:
@@ -249,80 +252,177 @@ def render(spec: KernelSpec, target: Target) -> tuple[str, list[str]]:
         refs = [a for j in ops_needed if spec.ops[j].op != "expand" for a in spec.ops[j].args] + extra
         return sorted({a[1] for a in refs if a[0] == "x" and lev.level[a] == "full"})
 
-    emit_row_ops(0)
-    for phase in range(1, lev.phases + 1):
-        red = [j for j in accs if lev.ready[("t", j)] == phase]
-        inputs = [spec.ops[j].args[0] for j in red]
-        ops_needed = _cone(spec, lev, inputs)
-        for j in red:
-            kind, _, acc = accs[j]
-            w(f"a{j} = {identity_value(kind, acc)}")
-            if REDUCTIONS[kind].index:
-                w(f"a{j}_i = int64(0)")
+    # -- the row held in registers (CUDA, one reduced axis): ``groups`` vectors of ``width``
+    # elements per thread, loaded once with wide accesses and kept across the phases
+    width = max(
+        1,
+        min(
+            8,
+            16
+            // max(
+                [spec.leaves[int(a[2:])].dtype.itemsize for a in full_arrays if a.startswith("in")]
+                + [spec.outs[int(a[3:])].dtype.itemsize for a in full_arrays if a.startswith("out")]
+                or [16]
+            ),
+        ),
+    )
+    groups = HELD // width
+    held = cuda and len(axes) == 1 and not partial and width > 1 and bool(full_arrays)
+    loaded: set[Ref] = set()  # in the held path: leaves loaded and full ops computed so far
 
-        def update(red=red) -> None:  # type: ignore[no-untyped-def]
-            for j in red:
-                kind, src_reg, acc = accs[j]
-                v = name[spec.ops[j].args[0]]
-                if REDUCTIONS[kind].index:
-                    cmp = ">" if kind == "argmax" else "<"
-                    wc(f"v{j} = {cast(v, src_reg, acc)}")
-                    wc(f"if v{j} {cmp} a{j} or (v{j} != v{j} and a{j} == a{j}):")
-                    wc(f"    a{j} = v{j}")
-                    wc(f"    a{j}_i = {{J}}")
+    def held_condition() -> str:
+        ax = axes[0]
+        masks: dict[int, list[str]] = {}
+        for a in full_arrays:
+            item = (
+                spec.leaves[int(a[2:])].dtype.itemsize
+                if a.startswith("in")
+                else spec.outs[int(a[3:])].dtype.itemsize
+            )
+            masks.setdefault(width * item - 1, []).append(f"(addr({a}) + {a}_w * {item})")
+        bits = " | ".join(f"({' | '.join(ps)}) & {m}" for m, ps in sorted(masks.items()))
+        unit = " and ".join(f"{a}_s{ax} == 1" for a in full_arrays)
+        return f"hi > lo and hi - lo <= {groups * width} * tpr and (hi - lo) % {width} == 0 and {unit} and ({bits}) == 0"
+
+    def held_loop(ops_needed: list[int], leaves_needed: list[int], body_after) -> None:  # type: ignore[no-untyped-def]
+        """One phase over the held row: leaves not loaded yet are loaded (every thread, clamped
+        addresses), full ops not computed yet are computed, then ``body_after`` runs for the
+        elements inside the row."""
+        for g in range(groups):
+            sfxs = [f"_{g}_{k}" for k in range(width)]
+            for i in leaves_needed:
+                if ("x", i) in loaded:
                     continue
-                if kind in ("any", "all"):
-                    v = f"int32({v} != 0)"
+                lf = spec.leaves[i]
+                direct = target.load("v", lf.dtype) == "v"
+                raw = [f"{'x' if direct else 'v'}{i}{s}" for s in sfxs]
+                w(f"{', '.join(raw)} = vld{width}(in{i}, in{i}_w + c_{g})")
+                if not direct:
+                    for sf, v in zip(sfxs, raw):
+                        w(f"x{i}{sf} = {target.load(v, lf.dtype)}")
+            for k, sf in enumerate(sfxs):
+                cur["s"], cur["J"] = sf, f"(c_{g} + {k})"
+                for j in ops_needed:
+                    if ("t", j) not in loaded:
+                        emit_op(j)
+        loaded.update(("x", i) for i in leaves_needed)
+        loaded.update(("t", j) for j in ops_needed)
+        if body_after is not None:
+            for g in range(groups):
+                w(f"if ok_{g}:")
+                w.indent()
+                for k in range(width):
+                    cur["s"], cur["J"] = f"_{g}_{k}", f"(c_{g} + {k})"
+                    body_after()
+                w.dedent()
+        cur["s"], cur["J"] = "", "j"
+
+    def emit_all(in_registers: bool) -> None:
+        loop = held_loop if in_registers else element_loop
+        if in_registers:
+            for g in range(groups):
+                w(f"c_{g} = lo + (lane + {g} * tpr) * {width}")
+                w(f"ok_{g} = act and c_{g} < hi")
+                w(f"c_{g} = min(c_{g}, hi - {width})")  # every thread loads inside the row
+        emit_row_ops(0)
+        for phase in range(1, lev.phases + 1):
+            red = [j for j in accs if lev.ready[("t", j)] == phase]
+            inputs = [spec.ops[j].args[0] for j in red]
+            ops_needed = _cone(spec, lev, inputs)
+            for j in red:
+                kind, _, acc = accs[j]
+                w(f"a{j} = {identity_value(kind, acc)}")
+                if REDUCTIONS[kind].index:
+                    w(f"a{j}_i = int64(0)")
+
+            def update(red=red) -> None:  # type: ignore[no-untyped-def]
+                for j in red:
+                    kind, src_reg, acc = accs[j]
+                    v = name[spec.ops[j].args[0]]
+                    if REDUCTIONS[kind].index:
+                        cmp = ">" if kind == "argmax" else "<"
+                        wc(f"v{j} = {cast(v, src_reg, acc)}")
+                        wc(f"if v{j} {cmp} a{j} or (v{j} != v{j} and a{j} == a{j}):")
+                        wc(f"    a{j} = v{j}")
+                        wc(f"    a{j}_i = {{J}}")
+                        continue
+                    if kind in ("any", "all"):
+                        v = f"int32({v} != 0)"
+                    else:
+                        v = cast(v, src_reg, acc)
+                    wc(f"a{j} = {comb(kind, f'a{j}', v)}")
+
+            loop(ops_needed, full_leaves(ops_needed, inputs), update)
+            if cuda:
+                _group_combine(w, red, accs, comb, sim=target.name == "cuda-sim")
+            for j in red:
+                kind, _, acc = accs[j]
+                o = spec.ops[j]
+                r = ("t", j)
+                out_reg = dtypes.register(o.dtype)
+                accv = f"a{j}_i" if REDUCTIONS[kind].index else f"a{j}"
+                value = convert(accv, out_reg) if kind not in ("any", "all") else f"({accv} != 0)"
+                if o.dtype == np.float16:
+                    value = f"f16_round({value})"
+                if not partial:
+                    w(f"t{j} = {value}")
+                reg[r], desc[r], name[r] = out_reg, o.dtype, f"t{j}"
+            emit_row_ops(phase)
+
+        # the last pass: full outputs
+        full_outs = [k for k, o in enumerate(spec.outs) if o.layout == "full"]
+        if full_outs:
+            refs = [spec.outs[k].ref for k in full_outs]
+            ops_needed = _cone(spec, lev, refs)
+
+            def store() -> None:
+                for k in full_outs:
+                    o = spec.outs[k]
+                    wc(f"out{k}[out{k}_e{{s}}] = {target.store(name[o.ref], reg[o.ref], o.dtype)}")
+
+            if not in_registers:
+                loop(ops_needed, full_leaves(ops_needed, refs), store)
+            else:  # wide stores of the held elements
+                held_loop(ops_needed, full_leaves(ops_needed, refs), None)
+                for g in range(groups):
+                    w(f"if ok_{g}:")
+                    w.indent()
+                    for k in full_outs:
+                        o = spec.outs[k]
+                        vals = ", ".join(target.store(name[o.ref].replace("{s}", f"_{g}_{e}"), reg[o.ref], o.dtype)
+                                         for e in range(width))  # fmt: skip
+                        w(f"vst{width}(out{k}, out{k}_w + c_{g}, ({vals}))")
+                    w.dedent()
+        row_outs = [k for k, o in enumerate(spec.outs) if o.layout != "full"]
+        if row_outs:
+            guard = "act and lane == 0" if cuda else ""
+            if guard:
+                w(f"if {guard}:")
+                w.indent()
+            for k in row_outs:
+                out = spec.outs[k]
+                if out.layout == "acc":  # partial: the raw accumulator of the chunk, at position rr
+                    j = out.ref[1]
+                    acc = accs[j][2]
+                    at = f"out{k}_o + rr" if offsets else "rr"
+                    w(f"out{k}[{at}] = {target.store(f'a{j}', acc, out.dtype)}")
                 else:
-                    v = cast(v, src_reg, acc)
-                wc(f"a{j} = {comb(kind, f'a{j}', v)}")
+                    w(f"out{k}[out{k}_w] = {target.store(name[out.ref], reg[out.ref], out.dtype)}")
+            if guard:
+                w.dedent()
 
-        element_loop(ops_needed, full_leaves(ops_needed, inputs), update)
-        if cuda:
-            _group_combine(w, red, accs, comb, sim=target.name == "cuda-sim")
-        for j in red:
-            kind, _, acc = accs[j]
-            o = spec.ops[j]
-            r = ("t", j)
-            out_reg = dtypes.register(o.dtype)
-            accv = f"a{j}_i" if REDUCTIONS[kind].index else f"a{j}"
-            value = convert(accv, out_reg) if kind not in ("any", "all") else f"({accv} != 0)"
-            if o.dtype == np.float16:
-                value = f"f16_round({value})"
-            if not partial:
-                w(f"t{j} = {value}")
-            reg[r], desc[r], name[r] = out_reg, o.dtype, f"t{j}"
-        emit_row_ops(phase)
-
-    # the last pass: full outputs
-    full_outs = [k for k, o in enumerate(spec.outs) if o.layout == "full"]
-    if full_outs:
-        refs = [spec.outs[k].ref for k in full_outs]
-        ops_needed = _cone(spec, lev, refs)
-
-        def store() -> None:
-            for k in full_outs:
-                o = spec.outs[k]
-                wc(f"out{k}[out{k}_e{{s}}] = {target.store(name[o.ref], reg[o.ref], o.dtype)}")
-
-        element_loop(ops_needed, full_leaves(ops_needed, refs), store)
-    row_outs = [k for k, o in enumerate(spec.outs) if o.layout != "full"]
-    if row_outs:
-        guard = "act and lane == 0" if cuda else ""
-        if guard:
-            w(f"if {guard}:")
-            w.indent()
-        for k in row_outs:
-            out = spec.outs[k]
-            if out.layout == "acc":  # partial: the raw accumulator of the chunk, at position rr
-                j = out.ref[1]
-                acc = accs[j][2]
-                at = f"out{k}_o + rr" if offsets else "rr"
-                w(f"out{k}[{at}] = {target.store(f'a{j}', acc, out.dtype)}")
-            else:
-                w(f"out{k}[out{k}_w] = {target.store(name[out.ref], reg[out.ref], out.dtype)}")
-        if guard:
-            w.dedent()
+    if held:
+        w(f"if {held_condition()}:")
+        w.indent()
+        emit_all(True)
+        w.dedent()
+        w("else:")
+        w.indent()
+        loaded.clear()
+        emit_all(False)
+        w.dedent()
+    else:
+        emit_all(False)
     if cuda:
         w("rr0 += rstep")
     return w.text(), params

@@ -121,8 +121,7 @@ def prepare(be: Any, op: Any, frame: bool) -> Launch | None:
     if host:
         return Launch(k, template, patches, new, n, 1, 1)
     template.append(n)
-    block = k.block
-    grid = min((n + block - 1) // block, k.max_blocks)
+    grid, block = be.elementwise_config(k, shape, n)
     return _with_params(be, Launch(k, template, patches, new, n, grid, block))
 
 

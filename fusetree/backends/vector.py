@@ -1,0 +1,141 @@
+"""Wide memory accesses for the generated CUDA kernels: ``vld<n>``/``vst<n>`` and ``addr``.
+
+numba's kernel dialect has no vector loads: a kernel reading ``in0[i]``, ``in0[i + 1]``... issues one
+4-byte (or 2-byte) ``ld.global`` per element, because the pointer's alignment is unknown to LLVM.
+These intrinsics emit one aligned LLVM vector access instead, which NVPTX lowers to
+``ld.global.v4.f32``/``v2.f64``... (16 or 8 bytes; 8 halves or 16 bytes go through one inline
+``ld.global.v4.u32``, which NVPTX would split):
+
+* ``vld<n>(ptr, i)``: elements ``i .. i+n-1`` of ``ptr`` as a tuple (the caller guarantees that
+  ``ptr + i`` is aligned to ``n * itemsize`` bytes);
+* ``vst<n>(ptr, i, values)``: the converse (``values``: a tuple of ``n`` numbers, cast to the
+  pointer's element type);
+* ``addr(ptr)``: the pointer as an int64, for the kernels' alignment check.
+
+The access goes through an integer vector of the same size (``<4 x i32>`` for 16 bytes) and a
+bitcast, so float16 and bool bytes get the same wide instruction as float32. :func:`sim_namespace`
+holds the same functions in plain Python for numba's CUDA simulator.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WIDTHS = (2, 4, 8)
+
+# NVPTX splits a 16-byte load of 8 halves into two 8-byte ones: those go through inline PTX
+_LD16 = "{ .reg .u64 g; cvta.to.global.u64 g, $4; ld.global.v4.u32 {$0, $1, $2, $3}, [g]; }"
+_ST16 = "{ .reg .u64 g; cvta.to.global.u64 g, $0; st.global.v4.u32 [g], {$1, $2, $3, $4}; }"
+
+
+def _int_vector(ir: Any, nbytes: int) -> Any:
+    if nbytes >= 4:
+        return ir.VectorType(ir.IntType(32), nbytes // 4) if nbytes > 4 else ir.IntType(32)
+    return ir.IntType(8 * nbytes)
+
+
+def cuda_namespace() -> dict[str, Any]:
+    """The intrinsics, compiled by numba for the CUDA target."""
+    from llvmlite import ir
+    from numba import types
+    from numba.core.extending import intrinsic
+
+    def vld(n: int) -> Any:
+        @intrinsic
+        def load(typingctx, ptr, idx):  # type: ignore[no-untyped-def]
+            el = ptr.dtype
+            sig = types.UniTuple(el, n)(ptr, idx)
+
+            def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+                p, i = args
+                lt = context.get_value_type(el)
+                nbytes = n * context.get_abi_sizeof(lt)
+                ptr = builder.gep(p, [i])
+                if nbytes == 16 and n > 4:  # 8 float16 / bool bytes: one ld.global.v4.u32
+                    i32 = ir.IntType(32)
+                    fn = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
+                    asm = ir.InlineAsm(fn, _LD16, "=r,=r,=r,=r,l", side_effect=False)
+                    words = builder.call(asm, [ptr])
+                    per = n // 4
+                    elems = []
+                    for w in range(4):
+                        part = builder.bitcast(builder.extract_value(words, w), ir.VectorType(lt, per))
+                        elems += [builder.extract_element(part, ir.Constant(i32, k)) for k in range(per)]
+                    return context.make_tuple(builder, sig.return_type, elems)
+                iv = _int_vector(ir, nbytes)
+                raw = builder.load(builder.bitcast(ptr, iv.as_pointer()), align=nbytes)
+                v = builder.bitcast(raw, ir.VectorType(lt, n))
+                elems = [builder.extract_element(v, ir.Constant(ir.IntType(32), k)) for k in range(n)]
+                return context.make_tuple(builder, sig.return_type, elems)
+
+            return sig, codegen
+
+        return load
+
+    def vst(n: int) -> Any:
+        @intrinsic
+        def store(typingctx, ptr, idx, values):  # type: ignore[no-untyped-def]
+            if not isinstance(values, types.BaseTuple) or len(values) != n:
+                return None
+            el = ptr.dtype
+            sig = types.void(ptr, idx, values)
+
+            def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+                p, i, tup = args
+                lt = context.get_value_type(el)
+                nbytes = n * context.get_abi_sizeof(lt)
+                v = ir.Constant(ir.VectorType(lt, n), ir.Undefined)
+                for k in range(n):
+                    x = context.cast(builder, builder.extract_value(tup, k), signature.args[2][k], el)
+                    v = builder.insert_element(v, x, ir.Constant(ir.IntType(32), k))
+                ptr = builder.gep(p, [i])
+                if nbytes == 16 and n > 4:  # one st.global.v4.u32 (see vld)
+                    i32 = ir.IntType(32)
+                    words = builder.bitcast(v, ir.VectorType(i32, 4))
+                    args = [ptr] + [builder.extract_element(words, ir.Constant(i32, w)) for w in range(4)]
+                    fn = ir.FunctionType(ir.VoidType(), [a.type for a in args])
+                    builder.call(ir.InlineAsm(fn, _ST16, "l,r,r,r,r,~{memory}", side_effect=True), args)
+                    return context.get_dummy_value()
+                iv = _int_vector(ir, nbytes)
+                builder.store(builder.bitcast(v, iv), builder.bitcast(ptr, iv.as_pointer()), align=nbytes)
+                return context.get_dummy_value()
+
+            return sig, codegen
+
+        return store
+
+    @intrinsic
+    def addr(typingctx, ptr):  # type: ignore[no-untyped-def]
+        sig = types.int64(ptr)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return builder.ptrtoint(args[0], ir.IntType(64))
+
+        return sig, codegen
+
+    ns: dict[str, Any] = {"addr": addr}
+    for n in WIDTHS:
+        ns[f"vld{n}"] = vld(n)
+        ns[f"vst{n}"] = vst(n)
+    return ns
+
+
+def sim_namespace() -> dict[str, Any]:
+    """The same functions for numba's CUDA simulator (arrays are NumPy arrays there)."""
+
+    def addr(a):  # type: ignore[no-untyped-def]
+        return a.__array_interface__["data"][0]
+
+    ns: dict[str, Any] = {"addr": addr}
+    for n in WIDTHS:
+
+        def load(a, i, n=n):  # type: ignore[no-untyped-def]
+            return tuple(a[i + k] for k in range(n))
+
+        def store(a, i, values, n=n):  # type: ignore[no-untyped-def]
+            for k in range(n):
+                a[i + k] = values[k]
+
+        ns[f"vld{n}"] = load
+        ns[f"vst{n}"] = store
+    return ns

@@ -1,0 +1,65 @@
+"""Wide (vld/vst) paths of the CUDA kernels and their scalar fallbacks, checked against NumPy on one
+device (the simulator in CI, a GPU in test_gpu): aligned and misaligned views, lengths with tails,
+float16/float64/bool, negative strides, row- and column-broadcast operands, transposed inputs,
+strided output views, rows held in registers; outputs poisoned before every run."""
+
+import itertools
+
+import numpy as np
+
+import fusetree as ft
+
+
+def _run(device, expr, arrays, out_shape, dt, out_view=None):
+    """``expr`` over ``arrays`` written into a poisoned output (or a view of it), for each codegen
+    option (unroll, wide accesses on/off); compared with NumPy computing ``expr`` on the arrays."""
+    xs = [ft.asarray(a, device=device) for a in arrays]
+    checked = 0
+    poison = np.nan if np.dtype(dt).kind == "f" else 7
+    want = np.full(out_shape, poison, dt)
+    (want if out_view is None else out_view(want))[...] = expr(*arrays)
+    for unroll, vector in ((1, True), (2, True), (1, False)):
+        with ft.options(cuda_unroll=unroll, cuda_vector=vector):
+            o = ft.asarray(np.full(out_shape, poison, dt), device=device)
+            (o if out_view is None else out_view(o))[...] = expr(*xs)
+            tol = 2e-3 if np.dtype(dt) == np.float16 else 1e-6
+            np.testing.assert_allclose(o.numpy().astype(np.float64), want.astype(np.float64), rtol=tol,
+                                       err_msg=f"unroll={unroll} vector={vector} dt={dt} shape={out_shape}")  # fmt: skip
+            checked += 1
+    return checked
+
+
+def check_elementwise(device, rng, scale=1):
+    checked = 0
+    for dt, n in itertools.product(("float32", "float16", "float64"), (1, 7, 16, 37 * scale)):
+        a = rng.standard_normal(n + 3).astype(dt)
+        b = rng.standard_normal(n + 3).astype(dt)
+        for sa, sb in ((0, 0), (1, 0), (0, 3), (2, 2)):  # element offsets: misaligned views
+            checked += _run(
+                device, lambda x, y, sa=sa, sb=sb, n=n: x[sa : sa + n] * y[sb : sb + n] + 1, [a, b], (n,), dt
+            )
+        checked += _run(device, lambda x, n=n: x[::-1][:n] * 2, [a], (n,), dt)  # negative stride
+    for dt in ("float32", "float16"):
+        for rows, cols in ((3, 8), (5, 13), (2, 16), (4, 1), (3 * scale, 40 * scale)):
+            x = rng.standard_normal((rows, cols + 4)).astype(dt)
+            bias = rng.standard_normal(cols).astype(dt)
+            col = rng.standard_normal((rows, 1)).astype(dt)
+            xt = rng.standard_normal((cols, rows)).astype(dt)
+            c = cols
+            cases = [
+                (lambda x, b, k: x[:, :c] * b + k, [x, bias, col], None),  # row and column broadcast
+                (lambda x, b, k: x[:, 1 : c + 1] + b - k, [x, bias, col], None),  # misaligned rows
+                (lambda x, b, k: x[::-1, :c] * b, [x, bias, col], None),  # negative row stride
+                (lambda t, b: t.T * 2 + b[0], [xt, bias], None),  # transposed input
+                (lambda x, b: x[:, :c] + b, [x, bias], lambda o: o[:, 2 : c + 2]),  # strided output view
+            ]
+            for expr, arrays, view in cases:
+                shape = (rows, cols + 4) if view is not None else (rows, cols)
+                checked += _run(device, expr, arrays, shape, dt, view)
+    # mixed widths: float16 in, float32 and bool out; a 3-D shape; a float16 view with a tail
+    h = rng.standard_normal((2, 3, 12)).astype(np.float16)
+    f = rng.standard_normal((2, 3, 12)).astype(np.float32)
+    checked += _run(device, lambda h, f: h.astype(np.float32) * f, [h, f], (2, 3, 12), "float32")
+    checked += _run(device, lambda h, f: h.astype(np.float32) > f, [h, f], (2, 3, 12), "bool")
+    checked += _run(device, lambda h, f: h[:, :, 1:] * 2, [h, f], (2, 3, 11), "float16")
+    return checked
