@@ -122,8 +122,13 @@ def main() -> None:
                 run_ft()
                 got = out.astype(cp.float32)
                 tol = 2e-2 if dt == cp.float16 else 1e-5
-                err = float(cp.max(cp.abs(got - want) / (cp.abs(want) + 1)))
-                assert err < tol, f"{name} {name_dt}: fusetree differs from torch by {err}"
+                ok = cp.isfinite(want)  # x / (f + 2) overflows float16 where f is near -2
+                err = float(cp.max(cp.where(ok, cp.abs(got - want) / (cp.abs(want) + 1), 0)))
+                same_nonfinite = bool(cp.all(ok == cp.isfinite(got)))
+                rows[-2]["max_err_vs_torch"] = err
+                if not (err < tol and same_nonfinite):
+                    print(f"MISMATCH {name} {name_dt}: fusetree differs from torch by {err}", file=sys.stderr)
+                    rows[-2]["case"] += " (MISMATCH)"
             if (
                 args.sweep
                 and dt == cp.float32
