@@ -173,6 +173,8 @@ def run(args) -> list[Record]:
         except Exception:
             device = "cpu"
     shapes = [(16, 64), (64, 256)] if args.quick else SHAPES
+    if args.shapes:
+        shapes = [tuple(int(v) for v in sh.split("x")) for sh in args.shapes.split(",")]
     dts = ["float32"] if args.quick else ["float32", "float16"]
     rng = np.random.default_rng(0)
     recs: list[Record] = []
@@ -255,6 +257,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", choices=["cpu", "cuda"])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--shapes", help="e.g. 4096x4096,64x128x1024 (default: the standard set)")
     p.add_argument("--calls", type=int, default=50)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json")

@@ -38,6 +38,7 @@ class Options:
     # reductions: threads per row on CUDA (0: chosen from the row length), and rows longer than
     # ``reduce_split`` elements are reduced in two stages of chunks that long (0: automatic)
     reduce_threads: int = 0
+    reduce_held: int = 16  # CUDA: elements per thread of a row held in registers (power of two, 8..64)
     reduce_split: int = 0
     # queue whole-array stores of pending values and write them together at the next read or
     # ft.synchronize() (eager and ft.jit traces; off by default); see fusetree.engine.stores
@@ -54,6 +55,7 @@ def _from_env() -> Options:
         cuda_vector=_env_flag("FUSETREE_CUDA_VECTOR", True),
         max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 1024)),
         reduce_threads=int(os.environ.get("FUSETREE_REDUCE_THREADS", 0)),
+        reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 16)),
         reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),
         defer_stores=_env_flag("FUSETREE_DEFER_STORES", False),
     )

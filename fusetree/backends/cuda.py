@@ -34,7 +34,7 @@ from numba.cuda import libdevice  # noqa: E402
 from .. import config  # noqa: E402
 from ..codegen import abi  # noqa: E402
 from ..codegen.common import Target  # noqa: E402
-from ..codegen.elementwise import vector_width  # noqa: E402
+from ..codegen.elementwise import TILE, TILE_ROWS, tiled, vector_width  # noqa: E402
 from ..errors import CompileError, DeviceError, UnsupportedError  # noqa: E402
 from . import helpers, vector  # noqa: E402
 from .base import Backend, mapped, pow2_at_least, store_product  # noqa: E402
@@ -148,7 +148,7 @@ class CUDAKernel:
     """A loaded kernel and its prepared launch: parameter buffer, pointer array, block size."""
 
     __slots__ = ("args", "block", "buf", "flat", "func", "max_blocks", "max_threads", "name", "packer",
-                 "params", "per_thread", "ptx", "source")  # fmt: skip
+                 "params", "per_thread", "ptx", "source", "tiled")  # fmt: skip
 
     def __init__(self, func: int, fmt: str, block: int, max_blocks: int, name: str, ptx: str,
                  max_threads: int = 1024, flat: bool = True, per_thread: int = 1) -> None:  # fmt: skip
@@ -166,6 +166,7 @@ class CUDAKernel:
         self.ptx = ptx
         self.flat = flat
         self.per_thread = per_thread  # elements a thread takes per grid-stride step (vectors, unroll)
+        self.tiled = False  # reads a transposed input through shared-memory tiles (codegen.elementwise)
         self.source = ""
 
 
@@ -233,7 +234,8 @@ class CUDABackend(Backend):
         return cp.ndarray(shape, dtype, memptr=root.data + offset, strides=strides)
 
     def cache_tag(self) -> str:
-        return f"cuda/u{config.current.cuda_unroll}v{int(config.current.cuda_vector)}"
+        o = config.current
+        return f"cuda/u{o.cuda_unroll}v{int(o.cuda_vector)}h{o.reduce_held}"
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         try:
@@ -271,6 +273,7 @@ class CUDABackend(Backend):
             opts = config.current
             per_thread = max(1, opts.cuda_unroll) * (vector_width(spec) if opts.cuda_vector else 1)
         kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt, spec.flat, per_thread)
+        kernel.tiled = spec.frame is None and not spec.horizontal and tiled(spec)
         return kernel, {"disk_hit": disk_hit, "ptx": ptx}
 
     def save_source(self, spec: Any, source: str) -> str:
@@ -318,6 +321,10 @@ class CUDABackend(Backend):
         grid, x along the inner axis (threads enough for the row, ``per_thread`` elements each)
         and y over rows, ``block`` threads per block."""
         per = k.per_thread
+        if k.tiled:  # one tile of the last two axes per block at a time, 8 blocks per SM
+            ni, nj = shape[-2], shape[-1]
+            ntiles = (n // (ni * nj) if ni * nj else 0) * -(-ni // TILE) * -(-nj // TILE)
+            return max(1, min(ntiles, 8 * self.sms)), (TILE, TILE_ROWS)
         if k.flat:
             return max(1, min(-(-n // (k.block * per)), k.max_blocks)), k.block
         nin = shape[-1] if shape else 1
@@ -359,7 +366,7 @@ class CUDABackend(Backend):
     def frame_config(self, k: CUDAKernel, geometry: tuple) -> tuple[int, int, int]:
         """(threads per row, grid, block) of a reduction kernel launch."""
         nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
-        tpr = config.current.reduce_threads or pow2_at_least(-(-clen // 16))
+        tpr = config.current.reduce_threads or pow2_at_least(-(-clen // config.current.reduce_held))
         tpr = min(tpr, k.max_threads)
         block = tpr if tpr >= 32 else 128
         grid = max(1, min(-(-nkeep // (block // tpr)), self.sms * 16))

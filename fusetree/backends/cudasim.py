@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..codegen.common import Target
+from ..codegen.elementwise import TILE, TILE_ROWS, tiled
 from ..errors import DeviceError
 from . import helpers, vector
 from .base import Backend, mapped, pow2_at_least, store_product
@@ -33,10 +34,10 @@ from numba import cuda  # noqa: E402
 
 
 class SimLauncher:
-    __slots__ = ("flat", "fn", "name", "source")
+    __slots__ = ("flat", "fn", "name", "source", "tiled")
 
-    def __init__(self, fn: Any, name: str, flat: bool) -> None:
-        self.fn, self.name, self.flat, self.source = fn, name, flat, ""
+    def __init__(self, fn: Any, name: str, flat: bool, tiled: bool = False) -> None:
+        self.fn, self.name, self.flat, self.source, self.tiled = fn, name, flat, "", tiled
 
 
 class SimBackend(Backend):
@@ -53,12 +54,14 @@ class SimBackend(Backend):
     def cache_tag(self) -> str:
         from .. import config
 
-        return f"cuda-sim/u{config.current.cuda_unroll}v{int(config.current.cuda_vector)}"
+        o = config.current
+        return f"cuda-sim/u{o.cuda_unroll}v{int(o.cuda_vector)}h{o.reduce_held}"
 
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
         ns = dict(self.ns)
         exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
-        return SimLauncher(cuda.jit(ns[spec.name]), spec.name, spec.flat), {}
+        is_tiled = spec.frame is None and not spec.horizontal and tiled(spec)
+        return SimLauncher(cuda.jit(ns[spec.name]), spec.name, spec.flat, is_tiled), {}
 
     def view_at(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
         return host_view(root, offset, shape, strides, dtype)
@@ -85,7 +88,9 @@ class SimBackend(Backend):
         n = int(np.prod(shape, dtype=np.int64))
         args.extend([n] if launcher.flat else (list(shape) if shape else [1]))
         args.append(n)
-        if launcher.flat:
+        if launcher.tiled:  # the tile shape is fixed by the kernel
+            launcher.fn[2, (TILE, TILE_ROWS)](*args)
+        elif launcher.flat:
             block, grid = 32, max(1, min((n + 31) // 32, 4))
             launcher.fn[grid, block](*args)
         else:  # row kernels: a 2-D grid (x along the row, y over rows), small to keep it quick

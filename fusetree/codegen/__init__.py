@@ -12,11 +12,12 @@ from . import abi, elementwise, frame, horizontal
 from .common import Target
 
 
-def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True) -> tuple[str, list[str]]:
+def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True,
+           held: int = 16) -> tuple[str, list[str]]:  # fmt: skip
     """Source of ``spec`` for ``target`` and its parameter names (see :mod:`.abi`); ``unroll`` and
-    ``vector``: see :func:`.elementwise.render`."""
+    ``vector``: see :func:`.elementwise.render`; ``held``: :func:`.frame.render`."""
     if spec.frame is not None:
-        return frame.render(spec, target)
+        return frame.render(spec, target, held)
     if spec.horizontal:
         return horizontal.render(spec, target)
     return elementwise.render(spec, target, unroll, vector)

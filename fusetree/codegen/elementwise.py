@@ -84,7 +84,7 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
         for line in lines:
             w(line.replace("{sfx}", sfx))
 
-    def value(out: OutSpec, sfx: str) -> str:
+    def stored(out: OutSpec, sfx: str) -> str:
         src = name[out.ref] + ("" if out.ref in fixed else sfx)
         return target.store(src, reg[out.ref], out.dtype)
 
@@ -92,12 +92,12 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
     for sfx in copies:
         for k, out in enumerate(spec.outs):
             if k not in wide_outs:
-                w(f"{store(k, sfx)} = {value(out, sfx)}")
+                w(f"{store(k, sfx)} = {stored(out, sfx)}")
     if vector is not None:
         for e, sfxs in vector.groups:
             for k, out in enumerate(spec.outs):
                 if k in wide_outs:
-                    vals = ", ".join(value(out, s) for s in sfxs)
+                    vals = ", ".join(stored(out, s) for s in sfxs)
                     w(f"vst{vector.width}(out{k}, {wide_outs[k].format(e=e)}, ({vals}))")
 
 
@@ -115,11 +115,103 @@ def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = Tru
     ``vector``: wide accesses where the arrays allow (see :func:`_render_cuda`)."""
     params = [p.name for p in abi.params(spec, target.name)]
     w = begin(spec, target.name, params)
-    if target.cuda:
+    if target.cuda and tiled(spec):
+        _render_tiled(spec, target, w)
+    elif target.cuda:
         _render_cuda(spec, target, w, max(1, unroll), vector_width(spec) if vector else 1)
     else:
         _render_cpu(spec, target, w)
     return w.text(), params
+
+
+TILE = 32  # tiled kernels: TILE x TILE output elements per tile, a block of TILE x TILE_ROWS threads
+TILE_ROWS = 8
+
+
+def tiled(spec: KernelSpec) -> bool:
+    """Whether a CUDA elementwise kernel reads a transposed ("T") input through shared-memory tiles."""
+    return spec.ndim >= 2 and any(lf.layout == "T" for lf in spec.leaves)
+
+
+def _render_tiled(spec: KernelSpec, target: Target, w: Writer) -> None:
+    """A kernel over ``TILE x TILE`` tiles of the last two axes (rows ``i``, columns ``j``; leading
+    axes are a batch), one tile per block at a time, blocks of ``TILE x TILE_ROWS`` threads.
+
+    A transposed input ("T": contiguous along ``i``) is read with consecutive threads along ``i``
+    (coalesced) into a padded shared-memory tile, then every thread computes ``TILE/TILE_ROWS``
+    elements with consecutive threads along ``j``, reading the tile transposed and the other arrays
+    (and writing the outputs) coalesced along ``j``. Tile and batch positions cost one div/mod per
+    tile."""
+    nd = spec.ndim
+    ia, ja = nd - 2, nd - 1
+    per = TILE // TILE_ROWS
+    arrays = _arrays(spec)
+    trans = [i for i, lf in enumerate(spec.leaves) if lf.kind == "buffer" and lf.layout == "T"]
+    w(f"nI = n{ia}")
+    w(f"nJ = n{ja}")
+    w(f"tI = (nI + {TILE - 1}) // {TILE}")
+    w(f"tJ = (nJ + {TILE - 1}) // {TILE}")
+    w("plane = nI * nJ")
+    w("ntiles = (ntotal // plane) * tI * tJ if plane > 0 else 0")
+    w("tx = cuda.threadIdx.x")
+    w("ty = cuda.threadIdx.y")
+    for i in trans:
+        st = target.storage(spec.leaves[i].dtype)
+        w(f"sh{i} = cuda.shared.array(({TILE}, {TILE + 1}), {dtypes.CTOR[st]})")
+    w("tile = cuda.blockIdx.x")
+    w("while tile < ntiles:")
+    w.indent()
+    w("q = tile")
+    w("cj = q % tJ")
+    w("q = q // tJ")
+    w("ci = q % tI")
+    w("b = q // tI")
+    w(f"I0 = ci * {TILE}")
+    w(f"J0 = cj * {TILE}")
+    if nd > 2:
+        w("q = b")
+        for d in range(ia - 1, 0, -1):
+            w(f"i{d} = q % n{d}")
+            w(f"q = q // n{d}")
+        w("i0 = q")
+    idx: dict[str, str] = {}
+    for a, lay in arrays:
+        if lay == "C":
+            idx[a] = "(b * nI + {I}) * nJ + {J}"
+            continue
+        terms = ([f"{a}_o"] if target.offsets else []) + [f"i{d} * {a}_s{d}" for d in range(ia)]
+        w(f"{a}_p = {' + '.join(terms) or '0'}")
+        inner = {"I": " + {J}", "R": ""}.get(lay, f" + {{J}} * {a}_s{ja}")
+        idx[a] = f"{a}_p + {{I}} * {a}_s{ia}{inner}"
+    for i in trans:  # coalesced along i into the tile, stored as [j][i]
+        w(f"for k in range({per}):")
+        w.indent()
+        w(f"jj = J0 + ty + k * {TILE_ROWS}")
+        w("ii = I0 + tx")
+        w("if ii < nI and jj < nJ:")
+        w(f"    sh{i}[ty + k * {TILE_ROWS}, tx] = in{i}[{idx[f'in{i}'].format(I='ii', J='jj')}]")
+        w.dedent()
+    if trans:
+        w("cuda.syncthreads()")
+    w(f"for k in range({per}):")
+    w.indent()
+    w(f"I = I0 + ty + k * {TILE_ROWS}")
+    w("J = J0 + tx")
+    w("if I < nI and J < nJ:")
+    w.indent()
+    for i in trans:
+        w(f"x{i} = {target.load(f'sh{i}[tx, ty + k * {TILE_ROWS}]', spec.leaves[i].dtype)}")
+
+    def at(a: str) -> str:
+        return f"{a}[{idx[a].format(I='I', J='J')}]"
+
+    body(spec, w, target, load=lambda i, sfx: at(f"in{i}"), store=lambda k, sfx: at(f"out{k}"),
+         preloaded=set(trans))  # fmt: skip
+    w.dedent()
+    w.dedent()
+    if trans:
+        w("cuda.syncthreads()")
+    w("tile += cuda.gridDim.x")
 
 
 def _arrays(spec: KernelSpec) -> list[tuple[str, str]]:

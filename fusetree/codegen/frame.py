@@ -34,9 +34,6 @@ from . import abi
 from .common import Target, Writer, begin, cast, convert, op_value
 
 UNROLL = 4  # CUDA: elements per thread per step of an element loop (independent loads in flight)
-# CUDA: elements per thread of a row held in registers (the host picks threads per row as
-# pow2_at_least(row length / 16), so rows up to 16 x 1024 elements are held)
-HELD = 16
 
 
 class _Levels:
@@ -87,8 +84,10 @@ def _cone(spec: KernelSpec, lev: _Levels, roots: list[Ref]) -> list[int]:
     return sorted(need)
 
 
-def render(spec: KernelSpec, target: Target) -> tuple[str, list[str]]:
-    """Source of reduction kernel ``spec`` for ``target`` and its parameter names."""
+def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[str]]:
+    """Source of reduction kernel ``spec`` for ``target`` and its parameter names. ``held``: CUDA
+    elements per thread of a row held in registers (the host picks threads per row as
+    ``pow2_at_least(row length / held)``, so rows up to ``held * 1024`` elements are held)."""
     assert spec.frame is not None
     axes, partial = spec.frame
     cuda = target.cuda
@@ -266,7 +265,7 @@ def render(spec: KernelSpec, target: Target) -> tuple[str, list[str]]:
             ),
         ),
     )
-    groups = HELD // width
+    groups = max(1, held // width)
     held = cuda and len(axes) == 1 and not partial and width > 1 and bool(full_arrays)
     loaded: set[Ref] = set()  # in the held path: leaves loaded and full ops computed so far
 
@@ -388,9 +387,9 @@ def render(spec: KernelSpec, target: Target) -> tuple[str, list[str]]:
                     w(f"if ok_{g}:")
                     w.indent()
                     for k in full_outs:
-                        o = spec.outs[k]
-                        vals = ", ".join(target.store(name[o.ref].replace("{s}", f"_{g}_{e}"), reg[o.ref], o.dtype)
-                                         for e in range(width))  # fmt: skip
+                        out = spec.outs[k]
+                        vals = ", ".join(target.store(name[out.ref].replace("{s}", f"_{g}_{e}"), reg[out.ref],
+                                                      out.dtype) for e in range(width))  # fmt: skip
                         w(f"vst{width}(out{k}, out{k}_w + c_{g}, ({vals}))")
                     w.dedent()
         row_outs = [k for k, o in enumerate(spec.outs) if o.layout != "full"]

@@ -53,7 +53,8 @@ def _evict(key: tuple) -> None:
 
 def _compile(be: Any, spec: KernelSpec) -> Any:
     unroll = config.current.cuda_unroll if be.target.cuda else 1
-    source, params = codegen.render(spec, be.target, unroll, config.current.cuda_vector)
+    opts = config.current
+    source, params = codegen.render(spec, be.target, unroll, opts.cuda_vector, opts.reduce_held)
     if config.current.debug:
         print(source)
     try:

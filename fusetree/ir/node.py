@@ -54,7 +54,8 @@ def intern_key(t: tuple) -> int:
 
 def layout_class(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> str:
     """'C' contiguous; 'I' inner dimension contiguous; 'R' inner dimension broadcast (stride 0);
-    'S' any other strides (strides in bytes)."""
+    'T' transposed: the second-to-last dimension contiguous (CUDA kernels read it through a
+    shared-memory tile); 'S' any other strides (strides in bytes)."""
     expect = itemsize
     contiguous = True
     for n, s in zip(reversed(shape), reversed(strides)):
@@ -68,6 +69,8 @@ def layout_class(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int
         return "I"
     if shape and strides[-1] == 0:
         return "R"
+    if len(shape) >= 2 and strides[-2] == itemsize and shape[-2] > 1:
+        return "T"
     return "S"
 
 

@@ -19,7 +19,7 @@ Ref = tuple[str, int]  # ("x", leaf index) or ("t", op index)
 class LeafSpec:
     kind: str  # "buffer" or "scalar"
     dtype: np.dtype  # logical dtype
-    layout: str  # "C", "I", "R", "S" ("full"/"row" in a reduction kernel); "" for scalars
+    layout: str  # "C", "I", "R", "T", "S" ("full"/"row" in a reduction kernel); "" for scalars
     weak: type | None = None
 
     @property
