@@ -38,7 +38,10 @@ class Options:
     # reductions: threads per row on CUDA (0: chosen from the row length), and rows longer than
     # ``reduce_split`` elements are reduced in two stages of chunks that long (0: automatic)
     reduce_threads: int = 0
-    reduce_held: int = 16  # CUDA: elements per thread of a row held in registers (power of two, 8..64)
+    # CUDA: elements per thread of a row held in registers (a power of two). H200, softmax/layernorm
+    # at (4096, 4096), jit: 32 -> 50.7/49.8 us float32, 38.7/35.2 float16; 16 -> 53.9/52.4, 52.3/48.1;
+    # 8 -> 112/105, 112/109 (benchmarks/reductions.py under FUSETREE_REDUCE_HELD)
+    reduce_held: int = 32
     reduce_split: int = 0
     # queue whole-array stores of pending values and write them together at the next read or
     # ft.synchronize() (eager and ft.jit traces; off by default); see fusetree.engine.stores
@@ -55,7 +58,7 @@ def _from_env() -> Options:
         cuda_vector=_env_flag("FUSETREE_CUDA_VECTOR", True),
         max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 1024)),
         reduce_threads=int(os.environ.get("FUSETREE_REDUCE_THREADS", 0)),
-        reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 16)),
+        reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 32)),
         reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),
         defer_stores=_env_flag("FUSETREE_DEFER_STORES", False),
     )

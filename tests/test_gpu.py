@@ -215,8 +215,11 @@ def test_wide_access_paths_on_gpu(rng):
     import vector_cases
 
     assert vector_cases.check_elementwise("cuda", rng, scale=100) > 0
-    for shape in ((64, 4096), (33, 1000), (5, 16384), (7, 16388)):
-        assert rc.check_patterns("cuda", rng, shape=shape, dtypes=("float32", "float16")) == 32
+    for shape in ((64, 4096), (33, 1000), (5, 16384), (7, 16388), (3, 40000)):
+        # few long rows are split into two-stage reductions (several launches): launches unchecked
+        assert (
+            rc.check_patterns("cuda", rng, shape=shape, dtypes=("float32", "float16"), launches=False) == 32
+        )
     x = rng.standard_normal((9, 4100)).astype(np.float32)
     a = ft.asarray(x, device="cuda")
     for lo in (0, 1, 2, 4):
