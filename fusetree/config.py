@@ -40,8 +40,9 @@ class Options:
     reduce_threads: int = 0
     # CUDA: elements per thread of a row held in registers (a power of two). H200, softmax/layernorm
     # at (4096, 4096), jit: 32 -> 50.7/49.8 us float32, 38.7/35.2 float16; 16 -> 53.9/52.4, 52.3/48.1;
-    # 8 -> 112/105, 112/109 (benchmarks/reductions.py under FUSETREE_REDUCE_HELD)
-    reduce_held: int = 32
+    # 8 -> 112/105, 112/109 (benchmarks/reductions.py under FUSETREE_REDUCE_HELD). 16 stays the
+    # default until 32 passes test_wide_access_paths_on_gpu (its one GPU run was inconclusive).
+    reduce_held: int = 16
     reduce_split: int = 0
     # queue whole-array stores of pending values and write them together at the next read or
     # ft.synchronize() (eager and ft.jit traces; off by default); see fusetree.engine.stores
@@ -58,7 +59,7 @@ def _from_env() -> Options:
         cuda_vector=_env_flag("FUSETREE_CUDA_VECTOR", True),
         max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 1024)),
         reduce_threads=int(os.environ.get("FUSETREE_REDUCE_THREADS", 0)),
-        reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 32)),
+        reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 16)),
         reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),
         defer_stores=_env_flag("FUSETREE_DEFER_STORES", False),
     )

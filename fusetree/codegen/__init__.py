@@ -13,7 +13,7 @@ from .common import Target
 
 
 def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True,
-           held: int = 32) -> tuple[str, list[str]]:  # fmt: skip
+           held: int = 16) -> tuple[str, list[str]]:  # fmt: skip
     """Source of ``spec`` for ``target`` and its parameter names (see :mod:`.abi`); ``unroll`` and
     ``vector``: see :func:`.elementwise.render`; ``held``: :func:`.frame.render`."""
     if spec.frame is not None:

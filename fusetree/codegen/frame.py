@@ -84,7 +84,7 @@ def _cone(spec: KernelSpec, lev: _Levels, roots: list[Ref]) -> list[int]:
     return sorted(need)
 
 
-def render(spec: KernelSpec, target: Target, held: int = 32) -> tuple[str, list[str]]:
+def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[str]]:
     """Source of reduction kernel ``spec`` for ``target`` and its parameter names. ``held``: CUDA
     elements per thread of a row held in registers (the host picks threads per row as
     ``pow2_at_least(row length / held)``, so rows up to ``held * 1024`` elements are held)."""
