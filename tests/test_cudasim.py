@@ -55,6 +55,10 @@ if PART == "reductions":
     checked += rc.check_kinds(D, rng, [(3, 16)], ["float32", "float16"])
     xv = rng.standard_normal((3, 24)).astype(np.float32)
     av = ft.asarray(xv, device=D)
+    xs = rng.standard_normal((3, 18)).astype(np.float32)  # row stride 18: rows not all aligned
+    got = ft.softmax(ft.asarray(xs, device=D)[:, :16], -1).numpy()
+    e = np.exp(xs[:, :16] - xs[:, :16].max(-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, err_msg="softmax, row stride 18")
     for lo in (0, 1, 4):
         got = ft.softmax(av[:, lo:lo + 16], -1).numpy()
         e = np.exp(xv[:, lo:lo + 16] - xv[:, lo:lo + 16].max(-1, keepdims=True))

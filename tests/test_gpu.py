@@ -220,6 +220,10 @@ def test_wide_access_paths_on_gpu(rng):
         assert (
             rc.check_patterns("cuda", rng, shape=shape, dtypes=("float32", "float16"), launches=False) == 32
         )
+    # short rows, several per warp, row strides that leave every other row misaligned
+    xs = rng.standard_normal((64, 130)).astype(np.float32)
+    got = ft.softmax(ft.asarray(xs, device="cuda")[:, :128], -1).numpy()
+    np.testing.assert_allclose(got, rc._np_softmax(xs[:, :128].astype(np.float64), -1), rtol=2e-5, atol=1e-9)
     x = rng.standard_normal((9, 4100)).astype(np.float32)
     a = ft.asarray(x, device="cuda")
     for lo in (0, 1, 2, 4):

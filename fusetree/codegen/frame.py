@@ -145,6 +145,7 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
                 if REDUCTIONS[kind].index:
                     w(f"sx{j}_i = cuda.shared.array(1024, int64)")
         w("nkeep = nrows * nchunks")
+        held_at = len(w.lines)  # the held-row condition goes here (known once it is rendered)
         w("while rr0 < nkeep:")
         w.indent()
         w("rr = rr0 + tid // tpr")
@@ -270,18 +271,27 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
     loaded: set[Ref] = set()  # in the held path: leaves loaded and full ops computed so far
 
     def held_condition() -> str:
+        """Whether rows are held: the same for every row of the launch (rows of one warp must take
+        the same branch: the row exchange shuffles across the whole warp), so alignment is checked
+        on the base pointers and the row strides, not per row."""
         ax = axes[0]
         masks: dict[int, list[str]] = {}
+        conds = [
+            f"rowlen > 0 and nchunks == 1 and rowlen <= {groups * width} * tpr and rowlen % {width} == 0"
+        ]
         for a in full_arrays:
             item = (
                 spec.leaves[int(a[2:])].dtype.itemsize
                 if a.startswith("in")
                 else spec.outs[int(a[3:])].dtype.itemsize
             )
-            masks.setdefault(width * item - 1, []).append(f"(addr({a}) + {a}_w * {item})")
+            masks.setdefault(width * item - 1, []).append(
+                f"(addr({a}) + {a}_o * {item})" if offsets else f"addr({a})"
+            )
+            conds.append(f"{a}_s{ax} == 1")
+            conds += [f"{a}_s{d} % {width} == 0" for d in kept]
         bits = " | ".join(f"({' | '.join(ps)}) & {m}" for m, ps in sorted(masks.items()))
-        unit = " and ".join(f"{a}_s{ax} == 1" for a in full_arrays)
-        return f"hi > lo and hi - lo <= {groups * width} * tpr and (hi - lo) % {width} == 0 and {unit} and ({bits}) == 0"
+        return " and ".join([*conds, f"({bits}) == 0"])
 
     def held_loop(ops_needed: list[int], leaves_needed: list[int], body_after) -> None:  # type: ignore[no-untyped-def]
         """One phase over the held row: leaves not loaded yet are loaded (every thread, clamped
@@ -411,7 +421,8 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
                 w.dedent()
 
     if held:
-        w(f"if {held_condition()}:")
+        w.lines.insert(held_at, "    " + f"held = {held_condition()}")
+        w("if held:")
         w.indent()
         emit_all(True)
         w.dedent()
