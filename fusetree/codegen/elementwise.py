@@ -13,6 +13,7 @@ parameters (:mod:`fusetree.codegen.abi`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -36,11 +37,14 @@ class Vector(NamedTuple):
 
 
 def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: frozenset | set = frozenset(),
-         copies: tuple[str, ...] = ("",), vector: Vector | None = None) -> None:  # fmt: skip
+         copies: tuple[str, ...] = ("",), vector: Vector | None = None, late: frozenset | set = frozenset(),
+         between: str = "", guard: Callable[[str], str] | None = None) -> None:  # fmt: skip
     """Loads, one assignment per op, stores. ``load(i, sfx)``/``store(k, sfx)`` give array element
     expressions. Several ``copies`` (name suffixes, for unrolled loops) emit every copy's loads
     first, then every copy's ops, then the stores, so loads are in flight together; with a
-    ``vector``, the copies of a group load and store the arrays it names with one wide access."""
+    ``vector``, the copies of a group load and store the arrays it names with one wide access.
+    ``late`` leaves are loaded after the others, with the line ``between`` in between (a barrier);
+    ``guard(sfx)``: a condition each copy's stores are made under."""
     reg: dict[Ref, np.dtype] = {}
     desc: dict[Ref, dtypes.Desc] = {}
     name: dict[Ref, str] = {}
@@ -71,7 +75,13 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
                             w(f"x{i}{s} = {target.load(v, lf.dtype)}")
     for sfx in copies:
         for i, lf in loads:
-            if i not in wide:
+            if i not in wide and i not in late:
+                w(f"x{i}{sfx} = {target.load(load(i, sfx), lf.dtype)}")
+    if between:
+        w(between)
+    for sfx in copies:
+        for i, lf in loads:
+            if i in late:
                 w(f"x{i}{sfx} = {target.load(load(i, sfx), lf.dtype)}")
     lines = []
     for j, o in enumerate(spec.ops):
@@ -90,9 +100,14 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
 
     wide_outs = vector.outs if vector is not None else {}
     for sfx in copies:
-        for k, out in enumerate(spec.outs):
-            if k not in wide_outs:
-                w(f"{store(k, sfx)} = {stored(out, sfx)}")
+        plain = [(k, out) for k, out in enumerate(spec.outs) if k not in wide_outs]
+        if guard is not None and plain:
+            w(f"if {guard(sfx)}:")
+            w.indent()
+        for k, out in plain:
+            w(f"{store(k, sfx)} = {stored(out, sfx)}")
+        if guard is not None and plain:
+            w.dedent()
     if vector is not None:
         for e, sfxs in vector.groups:
             for k, out in enumerate(spec.outs):
@@ -184,31 +199,29 @@ def _render_tiled(spec: KernelSpec, target: Target, w: Writer) -> None:
         inner = {"I": " + {J}", "R": ""}.get(lay, f" + {{J}} * {a}_s{ja}")
         idx[a] = f"{a}_p + {{I}} * {a}_s{ia}{inner}"
     for i in trans:  # coalesced along i into the tile, stored as [j][i]
-        w(f"for k in range({per}):")
-        w.indent()
-        w(f"jj = J0 + ty + k * {TILE_ROWS}")
-        w("ii = I0 + tx")
-        w("if ii < nI and jj < nJ:")
-        w(f"    sh{i}[ty + k * {TILE_ROWS}, tx] = in{i}[{idx[f'in{i}'].format(I='ii', J='jj')}]")
-        w.dedent()
-    if trans:
-        w("cuda.syncthreads()")
-    w(f"for k in range({per}):")
-    w.indent()
-    w(f"I = I0 + ty + k * {TILE_ROWS}")
-    w("J = J0 + tx")
-    w("if I < nI and J < nJ:")
-    w.indent()
-    for i in trans:
-        w(f"x{i} = {target.load(f'sh{i}[tx, ty + k * {TILE_ROWS}]', spec.leaves[i].dtype)}")
+        for k in range(per):
+            w(f"jj = J0 + ty + {k * TILE_ROWS}")
+            w("ii = I0 + tx")
+            w("if ii < nI and jj < nJ:")
+            w(f"    sh{i}[ty + {k * TILE_ROWS}, tx] = in{i}[{idx[f'in{i}'].format(I='ii', J='jj')}]")
+    # each thread's elements (I_k, J): positions clamped into the array, so every load is valid and
+    # the other operands are in flight with the tile's loads, before the barrier; stores guarded
+    w("J = min(J0 + tx, nJ - 1)")
+    for k in range(per):
+        w(f"I_{k} = min(I0 + ty + {k * TILE_ROWS}, nI - 1)")
+    copies = tuple(f"_{k}" for k in range(per))
 
-    def at(a: str) -> str:
-        return f"{a}[{idx[a].format(I='I', J='J')}]"
+    def at(a: str, sfx: str) -> str:
+        return f"{a}[{idx[a].format(I='I' + sfx, J='J')}]"
 
-    body(spec, w, target, load=lambda i, sfx: at(f"in{i}"), store=lambda k, sfx: at(f"out{k}"),
-         preloaded=set(trans))  # fmt: skip
-    w.dedent()
-    w.dedent()
+    def load(i: int, sfx: str) -> str:
+        if i in trans:
+            return f"sh{i}[J - J0, I{sfx} - I0]"
+        return at(f"in{i}", sfx)
+
+    body(spec, w, target, load=load, store=lambda k, sfx: at(f"out{k}", sfx), copies=copies, late=set(trans),
+         between="cuda.syncthreads()" if trans else "",
+         guard=lambda sfx: f"J0 + tx < nJ and I0 + ty + {int(sfx[1:]) * TILE_ROWS} < nI")  # fmt: skip
     if trans:
         w("cuda.syncthreads()")
     w("tile += cuda.gridDim.x")
