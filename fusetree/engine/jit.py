@@ -325,7 +325,10 @@ class JitFunction:
             dyn = (args, kwargs)
         if STORES:  # the call reads memory: deferred stores are written first
             HOOK.flush()
-        leaves, tree = pytree.flatten(dyn)
+        if not kwargs and not static and not any(isinstance(a, pytree.CONTAINERS) for a in args):
+            leaves, tree = list(args), pytree.flat_call_tree(len(args))  # positional leaves only
+        else:
+            leaves, tree = pytree.flatten(dyn)
         last = self._last
         if (
             last is not None

@@ -10,6 +10,20 @@ LEAF = "*"
 
 
 _NOT_LEAF = (list, tuple, dict)
+CONTAINERS = _NOT_LEAF  # what is not a leaf (named tuples are tuples)
+_FLAT_CALLS: dict[int, Any] = {}
+
+
+def flat_call_tree(n: int) -> Any:
+    """``flatten(((x1, ..., xn), {}))[1]`` for leaves ``x``: ``ft.jit``'s common call, without the walk.
+
+    >>> flat_call_tree(2) == flatten(((1, 2), {}))[1]
+    True
+    """
+    tree = _FLAT_CALLS.get(n)
+    if tree is None:
+        tree = _FLAT_CALLS[n] = flatten((tuple(range(n)), {}))[1]
+    return tree
 
 
 def flatten(x: Any) -> tuple[list[Any], Any]:
