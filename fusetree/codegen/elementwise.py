@@ -2,9 +2,12 @@
 
 * ``cpu``: a function of 1-D arrays, element offsets and strides, looping with ``prange`` over the
   outer dimension and ``range`` inside (compiled by numba ``njit``);
-* ``cuda``: a grid-stride kernel over raw pointers, strides and sizes as int64 arguments (compiled
-  by ``numba.cuda.compile_ptx``), loaded and launched by the driver; ``cuda-sim`` runs the same
-  source in numba's CUDA simulator.
+* ``cuda``: a kernel over raw pointers, strides and sizes as int64 arguments (compiled by
+  ``numba.cuda.compile_ptx``), loaded and launched by the driver, in one of three shapes: *flat*
+  (16-byte ``vld``/``vst`` groups when aligned), *rows* (a 2-D grid of rows x the inner axis,
+  offsets once per row) and *tiled* (transposed inputs through shared memory); see
+  :func:`_render_cuda` and :func:`_render_tiled`. ``cuda-sim`` runs the same source in numba's
+  CUDA simulator.
 
 The body (loads, one line per op, stores) is shared. Names are stable: ``in3`` is leaf 3, ``s2`` a
 scalar argument, ``t5`` the value of op 5, ``out0`` output 0; the header lists the key and the
