@@ -69,7 +69,6 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
     import cupy as cp
-    import numpy as np
 
     import fusetree as ft
     from fusetree.engine import kernels
@@ -163,7 +162,6 @@ def main() -> None:
                 f,
                 indent=1,
             )
-    _ = np
 
 
 if __name__ == "__main__":

@@ -43,6 +43,11 @@ def mapped(strides: Any, smap: tuple) -> list[int]:
     return [strides[i] if i >= 0 else 0 for i in smap]
 
 
+def launch_dims(v: Any) -> tuple[int, int]:
+    """(x, y) of a launch's grid or block, given as an int (1-D) or an (x, y) pair."""
+    return v if type(v) is tuple else (v, 1)
+
+
 def pow2_at_least(n: int) -> int:
     p = 1
     while p < n:

@@ -37,7 +37,7 @@ from ..codegen.common import Target  # noqa: E402
 from ..codegen.elementwise import TILE, TILE_ROWS, tiled, vector_width  # noqa: E402
 from ..errors import CompileError, DeviceError, UnsupportedError  # noqa: E402
 from . import helpers, vector  # noqa: E402
-from .base import Backend, mapped, pow2_at_least, store_product  # noqa: E402
+from .base import Backend, launch_dims, mapped, pow2_at_least, store_product  # noqa: E402
 from .cublas import CuBLAS  # noqa: E402
 from .diskcache import disk_cache_dir, read_disk_cache, save_source, write_disk_cache  # noqa: E402
 from .driver import Driver, LoadError, link_cubin  # noqa: E402
@@ -151,7 +151,7 @@ class CUDAKernel:
                  "params", "per_thread", "ptx", "source", "tiled")  # fmt: skip
 
     def __init__(self, func: int, fmt: str, block: int, max_blocks: int, name: str, ptx: str,
-                 max_threads: int = 1024, flat: bool = True, per_thread: int = 1) -> None:  # fmt: skip
+                 max_threads: int = 1024, flat: bool = True, per_thread: int = 1, tiled: bool = False) -> None:  # fmt: skip
         self.func = func
         self.packer = struct.Struct("=" + fmt)
         self.buf = ctypes.create_string_buffer(max(8, self.packer.size))
@@ -166,7 +166,7 @@ class CUDAKernel:
         self.ptx = ptx
         self.flat = flat
         self.per_thread = per_thread  # elements a thread takes per grid-stride step (vectors, unroll)
-        self.tiled = False  # reads a transposed input through shared-memory tiles (codegen.elementwise)
+        self.tiled = tiled  # reads a transposed input through shared-memory tiles (codegen.elementwise)
         self.source = ""
 
 
@@ -272,8 +272,8 @@ class CUDABackend(Backend):
         if spec.frame is None and not spec.horizontal:
             opts = config.current
             per_thread = max(1, opts.cuda_unroll) * (vector_width(spec) if opts.cuda_vector else 1)
-        kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt, spec.flat, per_thread)
-        kernel.tiled = spec.frame is None and not spec.horizontal and tiled(spec)
+        kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt, spec.flat, per_thread,
+                            tiled(spec))  # fmt: skip
         return kernel, {"disk_hit": disk_hit, "ptx": ptx}
 
     def save_source(self, spec: Any, source: str) -> str:
@@ -346,8 +346,7 @@ class CUDABackend(Backend):
     def _call(self, k: CUDAKernel, params: int, grid: Any, block: Any) -> None:
         """cuLaunchKernel of ``k`` with the parameter pointer array at ``params``; ``grid`` and
         ``block`` are ints (1-D) or (x, y) pairs."""
-        gx, gy = grid if type(grid) is tuple else (grid, 1)
-        bx, by = block if type(block) is tuple else (block, 1)
+        (gx, gy), (bx, by) = launch_dims(grid), launch_dims(block)
         stream = _current_stream().ptr
         res = self.driver.launch_fn(k.func, gx, gy, 1, bx, by, 1, 0, stream, params, None)
         if res != 0:

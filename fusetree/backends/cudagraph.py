@@ -11,6 +11,8 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+from .base import launch_dims
+
 _vp = ctypes.c_void_p
 
 
@@ -31,8 +33,7 @@ class KernelNodeParams(ctypes.Structure):
 
 def _node_params(func: int, grid: Any, block: Any, params_ptr: int) -> KernelNodeParams:
     """A kernel node's parameters; ``grid``/``block`` are ints (1-D) or (x, y) pairs."""
-    gx, gy = grid if type(grid) is tuple else (grid, 1)
-    bx, by = block if type(block) is tuple else (block, 1)
+    (gx, gy), (bx, by) = launch_dims(grid), launch_dims(block)
     return KernelNodeParams(func, gx, gy, 1, bx, by, 1, 0, params_ptr, None, None, None)
 
 

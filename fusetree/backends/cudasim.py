@@ -60,8 +60,7 @@ class SimBackend(Backend):
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
         ns = dict(self.ns)
         exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
-        is_tiled = spec.frame is None and not spec.horizontal and tiled(spec)
-        return SimLauncher(cuda.jit(ns[spec.name]), spec.name, spec.flat, is_tiled), {}
+        return SimLauncher(cuda.jit(ns[spec.name]), spec.name, spec.flat, tiled(spec)), {}
 
     def view_at(self, root: Any, offset: int, shape: tuple, strides: tuple, dtype: Any) -> Any:
         return host_view(root, offset, shape, strides, dtype)

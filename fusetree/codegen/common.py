@@ -108,6 +108,34 @@ def op_value(o: OpSpec, args: list[str], regs: list[np.dtype], descs: list) -> t
     return value, out_reg
 
 
+def vector_width(itemsizes: list[int]) -> int:
+    """Elements per wide (``vld``/``vst``) access over arrays of these item sizes: 16 bytes of the
+    widest, at most 8 elements (float32: 4, float16: 8, float64: 2); 1 without arrays."""
+    return max(1, min(8, 16 // max(itemsizes))) if itemsizes else 1
+
+
+def aligned_check(pointers: list[tuple[str, int]], width: int) -> str:
+    """A condition that every ``(pointer expression, item size)`` is aligned to ``width`` elements."""
+    masks: dict[int, list[str]] = {}
+    for ptr, item in pointers:
+        masks.setdefault(width * item - 1, []).append(ptr)
+    bits = " | ".join(f"({' | '.join(ps)}) & {m}" for m, ps in sorted(masks.items()))
+    return f"({bits}) == 0"
+
+
+def wide_load(
+    w: Writer, target: Target, leaf: int, dt: np.dtype, sfxs: list[str], width: int, index: str
+) -> None:
+    """``x<leaf><sfx>`` for each of ``sfxs`` from one ``vld<width>`` of ``in<leaf>`` at ``index``
+    (unpacked into the registers directly when the element needs no conversion)."""
+    direct = target.load("v", dt) == "v"
+    raw = [f"{'x' if direct else 'v'}{leaf}{s}" for s in sfxs]
+    w(f"{', '.join(raw)} = vld{width}(in{leaf}, {index})")
+    if not direct:
+        for s, v in zip(sfxs, raw):
+            w(f"x{leaf}{s} = {target.load(v, dt)}")
+
+
 def begin(spec: KernelSpec, target: str, params: list[str], *notes: str) -> Writer:
     """A writer holding the kernel's header comments (plus ``notes``) and its ``def`` line, indented
     into the body."""

@@ -24,7 +24,8 @@ import numpy as np
 from ..ir import dtypes
 from ..schedule.spec import KernelSpec, OutSpec, Ref
 from . import abi
-from .common import Target, Writer, begin, op_value
+from .common import Target, Writer, aligned_check, begin, op_value, wide_load
+from .common import vector_width as _width
 
 
 class Vector(NamedTuple):
@@ -70,12 +71,7 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
         for e, sfxs in vector.groups:
             for i, lf in loads:
                 if i in wide:
-                    direct = target.load("v", lf.dtype) == "v"  # no conversion: unpack into x<i>
-                    raw = [f"{'x' if direct else 'v'}{i}{s}" for s in sfxs]
-                    w(f"{', '.join(raw)} = vld{vector.width}(in{i}, {wide[i].format(e=e)})")
-                    if not direct:
-                        for s, v in zip(sfxs, raw):
-                            w(f"x{i}{s} = {target.load(v, lf.dtype)}")
+                    wide_load(w, target, i, lf.dtype, sfxs, vector.width, wide[i].format(e=e))
     for sfx in copies:
         for i, lf in loads:
             if i not in wide and i not in late:
@@ -120,11 +116,10 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
 
 
 def vector_width(spec: KernelSpec) -> int:
-    """Elements per wide access of a CUDA elementwise kernel: 16 bytes of its widest array, at
-    most 8 elements (float32: 4, float16: 8, float64: 2); 1 when there are no arrays."""
-    items = [lf.dtype.itemsize for lf in spec.leaves if lf.kind == "buffer"]
-    items += [o.dtype.itemsize for o in spec.outs]
-    return max(1, min(8, 16 // max(items))) if items else 1
+    """Elements per wide access of a CUDA elementwise kernel (:func:`.common.vector_width` of its
+    arrays)."""
+    return _width([lf.dtype.itemsize for lf in spec.leaves if lf.kind == "buffer"]
+                  + [o.dtype.itemsize for o in spec.outs])  # fmt: skip
 
 
 def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True) -> tuple[str, list[str]]:
@@ -147,8 +142,14 @@ TILE_ROWS = 8
 
 
 def tiled(spec: KernelSpec) -> bool:
-    """Whether a CUDA elementwise kernel reads a transposed ("T") input through shared-memory tiles."""
-    return spec.ndim >= 2 and any(lf.layout == "T" for lf in spec.leaves)
+    """Whether a CUDA elementwise kernel reads a transposed ("T") input through shared-memory tiles
+    (False for reduction and horizontal kernels)."""
+    return (
+        spec.frame is None
+        and not spec.horizontal
+        and spec.ndim >= 2
+        and any(lf.layout == "T" for lf in spec.leaves)
+    )
 
 
 def _render_tiled(spec: KernelSpec, target: Target, w: Writer) -> None:
@@ -309,31 +310,27 @@ def _render_cuda(spec: KernelSpec, target: Target, w: Writer, unroll: int, width
     nd = max(spec.ndim, 1)
     last = nd - 1
     flat = spec.flat
+    layout = dict(arrays)
     wide_arrays = [a for a, lay in arrays if flat or lay in ("C", "I")] if width > 1 else []
-    idx: dict[str, str] = {}  # scalar element index of each array, in terms of j (its element)
+    idx: dict[str, str] = {}  # each array's element index, ``{J}`` standing for the element
     preloaded: set[int] = set()
 
     def aligned() -> str:
         """The kernel's condition for wide accesses (uniform across threads)."""
-        conds = []
-        masks: dict[int, list[str]] = {}
+        conds = [] if flat else [f"nin % {width} == 0"]
+        pointers = []
         for a in wide_arrays:
-            lay = dict(arrays)[a]
-            ptr = f"addr({a})"
-            if target.offsets and spec.strided(lay):
-                ptr = f"(addr({a}) + {a}_o * {item[a]})"
-            masks.setdefault(width * item[a] - 1, []).append(ptr)
-            if not flat and lay == "I":
+            offset = target.offsets and spec.strided(layout[a])
+            pointers.append((f"(addr({a}) + {a}_o * {item[a]})" if offset else f"addr({a})", item[a]))
+        conds.append(aligned_check(pointers, width))
+        for a in wide_arrays:
+            if not flat and layout[a] == "I":
                 conds += [f"{a}_s{d} % {width} == 0" for d in range(last)]
-        bits = " | ".join(f"({' | '.join(ps)}) & {m}" for m, ps in sorted(masks.items()))
-        conds.insert(0, f"({bits}) == 0")
-        if not flat:
-            conds.insert(0, f"nin % {width} == 0")
         return " and ".join(conds)
 
     def group_loop(bound: str, start: str, step: str, elem0: str, unroll: int = unroll) -> None:
         """A grid-stride loop over groups ``j`` (of ``width`` elements, ``unroll`` per step, then
-        one per step for the rest) whose first element is ``elem0`` (in terms of ``j``)."""
+        one per step for the rest) whose first element is ``elem0`` (``{j}`` standing for ``j``)."""
         sfx = [[f"_{u}_{c}" if unroll > 1 else f"_{c}" for c in range(width)] for u in range(unroll)]
         w(f"j = {start}")
         if unroll > 1:
@@ -347,19 +344,19 @@ def _render_cuda(spec: KernelSpec, target: Target, w: Writer, unroll: int, width
         groups = []
         for u in range(unroll):
             e = f"e_{u}" if unroll > 1 else "e"
-            w(f"{e} = {elem0.replace('j', 'j' if u == 0 else f'j_{u}')}")
+            w(f"{e} = {elem0.format(j='j' if u == 0 else f'j_{u}')}")
             groups.append((e, sfx[u]))
         vec = Vector(width, {}, {}, groups)
         for i in range(len(spec.leaves)):
             if f"in{i}" in wide_arrays:
-                vec.leaves[i] = idx[f"in{i}"].replace("J", "{e}")
+                vec.leaves[i] = idx[f"in{i}"].format(J="{e}")
         for k in range(len(spec.outs)):
             if f"out{k}" in wide_arrays:
-                vec.outs[k] = idx[f"out{k}"].replace("J", "{e}")
+                vec.outs[k] = idx[f"out{k}"].format(J="{e}")
         element = {s: f"({e} + {c})" for e, ss in groups for c, s in enumerate(ss)}
 
         def at(a: str, s: str) -> str:
-            return f"{a}[{idx[a].replace('J', element[s])}]"
+            return f"{a}[{idx[a].format(J=element[s])}]"
 
         body(spec, w, target, load=lambda i, s: at(f"in{i}", s), store=lambda k, s: at(f"out{k}", s),
              preloaded=preloaded, copies=tuple(s for ss in sfx for s in ss), vector=vec)  # fmt: skip
@@ -374,7 +371,7 @@ def _render_cuda(spec: KernelSpec, target: Target, w: Writer, unroll: int, width
         w.indent()
 
         def at(a: str) -> str:
-            return f"{a}[{idx[a].replace('J', 'j')}]"
+            return f"{a}[{idx[a].format(J='j')}]"
 
         body(spec, w, target, load=lambda i, s: at(f"in{i}"), store=lambda k, s: at(f"out{k}"),
              preloaded=preloaded)  # fmt: skip
@@ -382,7 +379,7 @@ def _render_cuda(spec: KernelSpec, target: Target, w: Writer, unroll: int, width
         w.dedent()
 
     if flat:
-        idx = {a: "J" for a, _ in arrays}
+        idx = {a: "{J}" for a, _ in arrays}
         w("t = cuda.grid(1)")
         w("step = cuda.gridsize(1)")
         tail = "t"
@@ -390,14 +387,14 @@ def _render_cuda(spec: KernelSpec, target: Target, w: Writer, unroll: int, width
             w(f"if {aligned()}:")
             w.indent()
             w(f"nv = n // {width}")
-            group_loop("nv", "t", "step", f"j * {width}")
+            group_loop("nv", "t", "step", f"{{j}} * {width}")
             w(f"tail = nv * {width} + t")
             w.dedent()
             w("else:")
             w("    tail = t")
             tail = "tail"
         elif unroll > 1:
-            group_loop("n", "t", "step", "j")
+            group_loop("n", "t", "step", "{j}")
             return
         scalar_loop("n", tail, "step")
         return
@@ -420,11 +417,11 @@ def _render_cuda(spec: KernelSpec, target: Target, w: Writer, unroll: int, width
         w("i0 = q")
     for a, lay in arrays:
         if lay == "C":
-            idx[a] = "r * nin + J" if last else "J"
+            idx[a] = "r * nin + {J}" if last else "{J}"
             continue
         terms = ([f"{a}_o"] if target.offsets else []) + [f"i{d} * {a}_s{d}" for d in range(last)]
         w(f"{a}_p = {' + '.join(terms) or '0'}")
-        idx[a] = {"I": f"{a}_p + J", "R": f"{a}_p"}.get(lay, f"{a}_p + J * {a}_s{last}")
+        idx[a] = {"I": f"{a}_p + {{J}}", "R": f"{a}_p"}.get(lay, f"{a}_p + {{J}} * {a}_s{last}")
     for i, lf in enumerate(spec.leaves):
         if lf.kind == "buffer" and lf.layout == "R":  # once per row
             w(f"x{i} = {target.load(f'in{i}[in{i}_p]', lf.dtype)}")
@@ -432,14 +429,14 @@ def _render_cuda(spec: KernelSpec, target: Target, w: Writer, unroll: int, width
     if wide_arrays:
         w("if wide:")
         w.indent()
-        group_loop(f"nin // {width}", "tx", "sx", f"j * {width}")
+        group_loop(f"nin // {width}", "tx", "sx", f"{{j}} * {width}")
         w.dedent()
         w("else:")
         w.indent()
         scalar_loop("nin", "tx", "sx")
         w.dedent()
     elif unroll > 1:
-        group_loop("nin", "tx", "sx", "j")
+        group_loop("nin", "tx", "sx", "{j}")
     else:
         scalar_loop("nin", "tx", "sx")
     w("r += sy")

@@ -31,7 +31,7 @@ from ..ir import dtypes
 from ..ir.ops import REDUCTIONS, identity_value, reduce_dtypes
 from ..schedule.spec import KernelSpec, Ref
 from . import abi
-from .common import Target, Writer, begin, cast, convert, op_value
+from .common import Target, Writer, aligned_check, begin, cast, convert, op_value, vector_width, wide_load
 
 UNROLL = 4  # CUDA: elements per thread per step of an element loop (independent loads in flight)
 
@@ -108,6 +108,32 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
         f"in{i}" for i, lf in enumerate(spec.leaves) if lf.kind == "buffer" and lf.layout == "full"
     ]
     full_arrays += [f"out{k}" for k, o in enumerate(spec.outs) if o.layout == "full"]
+    # -- the row held in registers (CUDA, one reduced axis): ``groups`` vectors of ``width``
+    # elements per thread, loaded once with wide accesses and kept across the phases
+    itemsize = {f"in{i}": lf.dtype.itemsize for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"}
+    itemsize.update({f"out{k}": o.dtype.itemsize for k, o in enumerate(spec.outs)})
+    width = vector_width([itemsize[a] for a in full_arrays])
+    groups = max(1, held // width)
+    held = cuda and len(axes) == 1 and not partial and width > 1 and bool(full_arrays)
+    loaded: set[Ref] = set()  # in the held path: leaves loaded and full ops computed so far
+
+    def held_condition() -> str:
+        """Whether rows are held: the same for every row of the launch (rows of one warp must take
+        the same branch: the row exchange shuffles across the whole warp), so alignment is checked
+        on the base pointers and the row strides, not per row."""
+        ax = axes[0]
+        conds = [
+            f"rowlen > 0 and nchunks == 1 and rowlen <= {groups * width} * tpr and rowlen % {width} == 0"
+        ]
+        for a in full_arrays:
+            conds.append(f"{a}_s{ax} == 1")
+            conds += [f"{a}_s{d} % {width} == 0" for d in kept]
+        ptrs = [
+            (f"(addr({a}) + {a}_o * {itemsize[a]})" if offsets else f"addr({a})", itemsize[a])
+            for a in full_arrays
+        ]
+        return " and ".join([*conds, aligned_check(ptrs, width)])
+
     for i, lf in enumerate(spec.leaves):
         r: Ref = ("x", i)
         desc[r] = lf.desc
@@ -145,7 +171,8 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
                 if REDUCTIONS[kind].index:
                     w(f"sx{j}_i = cuda.shared.array(1024, int64)")
         w("nkeep = nrows * nchunks")
-        held_at = len(w.lines)  # the held-row condition goes here (known once it is rendered)
+        if held:
+            w(f"held = {held_condition()}")
         w("while rr0 < nkeep:")
         w.indent()
         w("rr = rr0 + tid // tpr")
@@ -252,47 +279,6 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
         refs = [a for j in ops_needed if spec.ops[j].op != "expand" for a in spec.ops[j].args] + extra
         return sorted({a[1] for a in refs if a[0] == "x" and lev.level[a] == "full"})
 
-    # -- the row held in registers (CUDA, one reduced axis): ``groups`` vectors of ``width``
-    # elements per thread, loaded once with wide accesses and kept across the phases
-    width = max(
-        1,
-        min(
-            8,
-            16
-            // max(
-                [spec.leaves[int(a[2:])].dtype.itemsize for a in full_arrays if a.startswith("in")]
-                + [spec.outs[int(a[3:])].dtype.itemsize for a in full_arrays if a.startswith("out")]
-                or [16]
-            ),
-        ),
-    )
-    groups = max(1, held // width)
-    held = cuda and len(axes) == 1 and not partial and width > 1 and bool(full_arrays)
-    loaded: set[Ref] = set()  # in the held path: leaves loaded and full ops computed so far
-
-    def held_condition() -> str:
-        """Whether rows are held: the same for every row of the launch (rows of one warp must take
-        the same branch: the row exchange shuffles across the whole warp), so alignment is checked
-        on the base pointers and the row strides, not per row."""
-        ax = axes[0]
-        masks: dict[int, list[str]] = {}
-        conds = [
-            f"rowlen > 0 and nchunks == 1 and rowlen <= {groups * width} * tpr and rowlen % {width} == 0"
-        ]
-        for a in full_arrays:
-            item = (
-                spec.leaves[int(a[2:])].dtype.itemsize
-                if a.startswith("in")
-                else spec.outs[int(a[3:])].dtype.itemsize
-            )
-            masks.setdefault(width * item - 1, []).append(
-                f"(addr({a}) + {a}_o * {item})" if offsets else f"addr({a})"
-            )
-            conds.append(f"{a}_s{ax} == 1")
-            conds += [f"{a}_s{d} % {width} == 0" for d in kept]
-        bits = " | ".join(f"({' | '.join(ps)}) & {m}" for m, ps in sorted(masks.items()))
-        return " and ".join([*conds, f"({bits}) == 0"])
-
     def held_loop(ops_needed: list[int], leaves_needed: list[int], body_after) -> None:  # type: ignore[no-untyped-def]
         """One phase over the held row: leaves not loaded yet are loaded (every thread, clamped
         addresses), full ops not computed yet are computed, then ``body_after`` runs for the
@@ -300,15 +286,8 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
         for g in range(groups):
             sfxs = [f"_{g}_{k}" for k in range(width)]
             for i in leaves_needed:
-                if ("x", i) in loaded:
-                    continue
-                lf = spec.leaves[i]
-                direct = target.load("v", lf.dtype) == "v"
-                raw = [f"{'x' if direct else 'v'}{i}{s}" for s in sfxs]
-                w(f"{', '.join(raw)} = vld{width}(in{i}, in{i}_w + c_{g})")
-                if not direct:
-                    for sf, v in zip(sfxs, raw):
-                        w(f"x{i}{sf} = {target.load(v, lf.dtype)}")
+                if ("x", i) not in loaded:
+                    wide_load(w, target, i, spec.leaves[i].dtype, sfxs, width, f"in{i}_w + c_{g}")
             for k, sf in enumerate(sfxs):
                 cur["s"], cur["J"] = sf, f"(c_{g} + {k})"
                 for j in ops_needed:
@@ -421,7 +400,6 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
                 w.dedent()
 
     if held:
-        w.lines.insert(held_at, "    " + f"held = {held_condition()}")
         w("if held:")
         w.indent()
         emit_all(True)

@@ -9,8 +9,7 @@ from typing import Any
 LEAF = "*"
 
 
-_NOT_LEAF = (list, tuple, dict)
-CONTAINERS = _NOT_LEAF  # what is not a leaf (named tuples are tuples)
+CONTAINERS = (list, tuple, dict)  # what is not a leaf (named tuples are tuples)
 _FLAT_CALLS: dict[int, Any] = {}
 
 
@@ -37,7 +36,7 @@ def flatten(x: Any) -> tuple[list[Any], Any]:
     def go(v: Any) -> Any:
         t = type(v)
         if t is list or t is tuple:
-            if not any(isinstance(c, _NOT_LEAF) for c in v):  # a flat sequence: (kind, length)
+            if not any(isinstance(c, CONTAINERS) for c in v):  # a flat sequence: (kind, length)
                 leaves.extend(v)
                 return ("list" if t is list else "tuple", len(v))
             return ("list" if t is list else "tuple", tuple(go(c) for c in v))
