@@ -201,18 +201,28 @@ def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) ->
 def var(x: Any, axis: Any = None, dtype: Any = None, ddof: float = 0, keepdims: bool = False, *,
         correction: float | None = None) -> Array:  # fmt: skip
     """Variance ``mean(abs(x - x.mean())**2)`` over ``axis``, divided by ``n - ddof`` (NumPy's
-    formula and dtypes). The mean and the sum of squares fuse into one two-pass kernel."""
+    formula and dtypes). The mean and the sum of squares fuse into one two-pass kernel. float16
+    is summed in float32 and returned as float16, like :func:`mean` (NumPy sums the squares in
+    float16, so 16384 values of variance 4 overflow to inf there; here they do not).
+
+    >>> import numpy as np, fusetree as ft
+    >>> ft.var(ft.asarray(np.array([1.0, 2.0, 3.0, 4.0])), ddof=1).numpy().item()
+    1.6666666666666667
+    """
     a = asarray(x)
     n = _count(a, axis, "var")
     dt = dtype
     if dt is None and a.dtype.kind in "biu":
         dt = np.float64
+    elif dt is None and a.dtype == np.float16:
+        dt = np.float32
     m = sum(a, axis, dt, keepdims=True) / n if n else sum(a, axis, dt, keepdims=True) * np.nan
     d = a - m
     ss = sum(d * d, axis, dt, keepdims)
     if correction is not None:  # the Array API's name for ddof
         ddof = correction
-    return ss / builtins.max(n - ddof, 0)
+    v = ss / builtins.max(n - ddof, 0)
+    return v.astype(np.float16) if dtype is None and a.dtype == np.float16 else v
 
 
 def std(x: Any, axis: Any = None, dtype: Any = None, ddof: float = 0, keepdims: bool = False, *,
