@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields, replace
 MAX_KERNEL_PARAMS = 480
 
 # Bumped whenever generated code changes meaning; part of every kernel key and disk-cache entry.
-CODEGEN_VERSION = 7
+CODEGEN_VERSION = 10
 
 
 def _env_flag(name: str, default: bool) -> bool:

@@ -120,3 +120,30 @@ def test_wide_global_accesses_in_ptx():
     assert "flat=False" in k.source and _wide(k.ptx, "ld") and _wide(k.ptx, "st")
     (k,) = ft.explain(ft.softmax(x, -1), target="cuda").kernels
     assert "ld.global.v4.f32" in k.ptx and "st.global.v4.f32" in k.ptx
+
+
+def test_horizontal_kernel_wide_accesses_in_ptx():
+    """A horizontal (multi-tensor) AdamW-like kernel compiles for CUDA with 16-byte loads and stores
+    of its chunks (float32 and float16); the leaves updated in place are recognized as such."""
+    from fusetree import backends, codegen
+    from fusetree.engine import horizontal
+
+    tgt, ptx_fn = backends.codegen_target("cuda")
+    for dt, width in ((np.float32, 4), (np.float16, 8)):
+        P = [ft.asarray(np.ones(n, dt)) for n in (5, 9)]
+        M = [ft.asarray(np.zeros(n, dt)) for n in (5, 9)]
+        G = [ft.asarray(np.ones(n, dt)) for n in (5, 9)]
+        horizontal._SPECS.clear()
+        with ft.options(defer_stores=True):
+            for p, m, g in zip(P, M, G):
+                m[...] = 0.9 * m + g
+                p -= 0.5 * m
+        ft.synchronize()
+        (spec,) = horizontal._SPECS.values()
+        assert sorted(lf.layout for lf in spec.leaves if lf.kind == "buffer") == ["C", "O0", "O1"], (
+            spec.leaves
+        )
+        src, _ = codegen.render(spec, tgt)
+        assert f"vld{width}(" in src and f"vst{width}(" in src, src
+        ptx = ptx_fn(spec, src)[0]
+        assert _wide(ptx, "ld") and _wide(ptx, "st"), ptx

@@ -70,6 +70,7 @@ if PART == "vector":
     import vector_cases
 
     checked += vector_cases.check_elementwise(D, rng)
+    checked += vector_cases.check_horizontal(D, rng)
 print("SIM OK", checked)
 """
 

@@ -215,6 +215,7 @@ def test_wide_access_paths_on_gpu(rng):
     import vector_cases
 
     assert vector_cases.check_elementwise("cuda", rng, scale=100) > 0
+    assert vector_cases.check_horizontal("cuda", rng, scale=2) > 0
     for shape in ((64, 4096), (33, 1000), (5, 16384), (7, 16388), (3, 40000)):
         # few long rows are split into two-stage reductions (several launches): launches unchecked
         assert (

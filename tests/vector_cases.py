@@ -76,3 +76,50 @@ def check_elementwise(device, rng, scale=1):
     checked += _run(device, lambda h, f: h.astype(np.float32) > f, [h, f], (2, 3, 12), "bool")
     checked += _run(device, lambda h, f: h[:, :, 1:] * 2, [h, f], (2, 3, 11), "float16")
     return checked
+
+
+def check_horizontal(device, rng, scale=1):
+    """Horizontal kernels (deferred stores of several same-structure tensors in one launch): 16-byte
+    groups per chunk when every array of the chunk is aligned, element loops for tails and for
+    misaligned tensors (views at odd element offsets); float32/float16/float64; poisoned targets'
+    neighbours stay untouched."""
+    from fusetree.engine import horizontal
+
+    checked = 0
+    sizes = (1, 7, 16, 37 * scale, horizontal.CHUNK + 5) if scale > 1 else (1, 7, 16, 37)
+    for dt, lo in itertools.product(("float32", "float16", "float64"), (0, 1)):
+        tol = 2e-3 if dt == "float16" else 1e-6
+        # every tensor is a view at element offset ``lo`` of a poisoned buffer (lo=1: misaligned)
+        bufs = {k: [np.full(n + 2, np.nan, dt) for n in sizes] for k in "pm"}
+        g = [rng.standard_normal(n).astype(dt) for n in sizes]
+        p0 = [rng.standard_normal(n).astype(dt) for n in sizes]
+        for b, x in zip(bufs["p"], p0):
+            b[lo : lo + len(x)] = x
+        for b in bufs["m"]:
+            b[lo : lo + len(b) - 2] = 0
+        dev = {k: [ft.asarray(b, device=device) for b in v] for k, v in bufs.items()}
+        P = [b[lo : lo + n] for b, n in zip(dev["p"], sizes)]
+        M = [b[lo : lo + n] for b, n in zip(dev["m"], sizes)]
+        G = [ft.asarray(x, device=device) for x in g]
+        ft.reset_stats()
+        with ft.options(defer_stores=True):
+            for p, m, gg in zip(P, M, G):
+                m[...] = 0.9 * m + gg
+                p -= 0.5 * m + p * 0.25
+            ft.synchronize()
+        assert ft.stats()["horizontal"] == 1 and ft.stats()["launches"] == 1, (dt, lo, ft.stats())
+        for k, n in enumerate(sizes):
+            m = g[k].astype(np.float64)
+            p = p0[k].astype(np.float64) - (0.5 * m + p0[k].astype(np.float64) * 0.25)
+            got_p, got_m = dev["p"][k].numpy(), dev["m"][k].numpy()
+            msg = f"horizontal {dt} size {n} offset {lo}"
+            np.testing.assert_allclose(
+                got_m[lo : lo + n].astype(np.float64), m, rtol=tol, atol=tol, err_msg=msg
+            )
+            np.testing.assert_allclose(
+                got_p[lo : lo + n].astype(np.float64), p, rtol=tol, atol=tol, err_msg=msg
+            )
+            outside = np.r_[got_p[:lo], got_p[lo + n :], got_m[:lo], got_m[lo + n :]]
+            assert np.isnan(outside).all(), msg
+            checked += 1
+    return checked

@@ -223,6 +223,7 @@ _F16 = np.dtype(np.float16)
 # costs ~70 µs per parallel region on the 2-core CI machine (measured: a 4096-element a*b+c took
 # 79 µs in a parallel region, 0.6 µs serially), more than such a kernel takes on one core.
 PARALLEL_MIN = 1 << 17
+PARALLEL_SUFFIX = "_par"  # a cached kernel module's prange twin (see _cached_module)
 
 
 class CPULauncher:
@@ -231,12 +232,20 @@ class CPULauncher:
     ``cached``: the function lives in a module file of the disk cache, so numba keeps its machine
     code beside it (``cache=True``) and a new process loads it instead of compiling."""
 
-    __slots__ = ("cached", "flat", "fn", "name", "par", "parallel", "py", "sig", "source")
+    __slots__ = ("cached", "flat", "fn", "name", "par", "parallel", "py", "py_par", "sig", "source")
 
     def __init__(
-        self, py: Any, sig: Any, name: str, flat: bool, parallel: bool, cached: bool = False
+        self,
+        py: Any,
+        sig: Any,
+        name: str,
+        flat: bool,
+        parallel: bool,
+        cached: bool = False,
+        py_par: Any = None,
     ) -> None:
         self.py, self.sig, self.cached = py, sig, cached
+        self.py_par = py if py_par is None else py_par  # a cached kernel's twin (_cached_module)
         self.fn = njit(sig, parallel=False, error_model="numpy", nogil=True, cache=cached)(py)
         self.par: Any = None
         self.parallel = parallel  # options(cpu_parallel=...) allowed the parallel variant
@@ -248,7 +257,7 @@ class CPULauncher:
         if n >= PARALLEL_MIN and self.parallel:
             if self.par is None:
                 self.par = njit(self.sig, parallel=True, error_model="numpy", nogil=True, cache=self.cached)(
-                    self.py
+                    self.py_par
                 )
             self.par(*args)
         else:
@@ -303,7 +312,12 @@ def prune(d: str, keep: int | None = None) -> int:
 def _cached_module(d: str, key: str, spec_name: str, source: str) -> Any:
     """Import (writing it first if new) the module file holding a kernel's source."""
     path = os.path.join(d, f"{spec_name}_{key}.py")
-    text = _MODULE_HEADER + source
+    # numba's disk cache keys machine code by function (module, name, line) and signature, not by
+    # the ``parallel`` flag: the prange variant is a twin function of its own name, or a parallel
+    # dispatcher would load the serial code the other one cached (measured: an AdamW step's kernel
+    # ran at serial speed, 10 ms instead of 3, on 2 cores)
+    twin = source.replace(f"def {spec_name}(", f"def {spec_name}{PARALLEL_SUFFIX}(", 1)
+    text = _MODULE_HEADER + source + "\n\n" + twin
     try:
         with open(path, encoding="utf-8") as f:
             fresh = f.read() != text
@@ -350,8 +364,9 @@ class CPUBackend(Backend):
             try:
                 mod = _cached_module(d, key, spec.name, source)
                 launcher = CPULauncher(
-                    getattr(mod, spec.name), signature(spec), spec.name, spec.flat, par, True
-                )
+                    getattr(mod, spec.name), signature(spec), spec.name, spec.flat, par, True,
+                    getattr(mod, spec.name + PARALLEL_SUFFIX),
+                )  # fmt: skip
                 hit = bool(launcher.fn.stats.cache_hits)
                 return launcher, {"disk_hit": hit}
             except OSError:  # an unwritable cache directory: compile in memory

@@ -19,7 +19,7 @@ def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = Tru
     if spec.frame is not None:
         return frame.render(spec, target, held)
     if spec.horizontal:
-        return horizontal.render(spec, target)
+        return horizontal.render(spec, target, vector)
     return elementwise.render(spec, target, unroll, vector)
 
 

@@ -2,7 +2,9 @@
 
 A flush of deferred stores (engine.stores) makes one kernel per *component* (the stores of one
 parameter: ``m``, ``v`` and ``p``). Components whose trees have the same structural key, whose
-buffers are C-contiguous (or one element broadcast, like a 0-d coefficient) and whose scalars are
+buffers are C-contiguous (or one element broadcast, like a 0-d coefficient), whose in-place
+updates match (a leaf at its target's address: read through the output, so a CPU loop over
+``m``, ``v``, ``p`` and ``g`` sees four arrays, not seven, and vectorizes) and whose scalars are
 equal run as one horizontal kernel (:mod:`fusetree.codegen.horizontal`) over a table of chunks:
 an optimizer step over 148 tensors of two ranks is two launches instead of 148.
 
@@ -19,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.node import EXPAND, REDUCE, Node, merge_leaves
+from ..ir.node import EXPAND, REDUCE, Node, address, merge_leaves
 from ..schedule import planner
 from ..schedule.spec import KernelSpec
 from . import kernels
@@ -45,6 +47,10 @@ def key_of(nodes: list[Node], targets: list[Any], shape: tuple[int, ...], device
         leaves, sharing = nodes[0].leaves, None
     else:
         leaves, sharing = merge_leaves(tuple(nodes))
+    for t in targets:
+        if t is None or not t.flags.c_contiguous:
+            return None
+    outs = {address(t): k for k, t in enumerate(targets)}
     kinds = []
     scalars = []
     for x in leaves:
@@ -57,13 +63,12 @@ def key_of(nodes: list[Node], targets: list[Any], shape: tuple[int, ...], device
             if not any(d.strides) and d.ndim:  # a broadcast element (first: a (1,) broadcast is one too)
                 kinds.append("B")
             elif x.shape == shape and x.layout == "C":  # type: ignore[attr-defined]
-                kinds.append("C")
+                k = outs.get(x.ptr)  # type: ignore[attr-defined]
+                # updated in place (m = b1 * m + ...): read through the output (kind "O<k>")
+                kinds.append("C" if k is None or targets[k].dtype != x.dtype else f"O{k}")
             else:
                 return None
         else:
-            return None
-    for t in targets:
-        if t is None or not t.flags.c_contiguous:
             return None
     return (device, tuple([n.key for n in nodes]), sharing, tuple(kinds), tuple(scalars))
 

@@ -105,12 +105,25 @@ def _dummy(shape: tuple[int, ...]) -> np.ndarray:
 def index_shape(key: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
     """Shape of ``x[key]`` for basic indexing, computed without touching any array; raises the
     errors NumPy raises (IndexError) or UnsupportedError for fancy indexing."""
+    if key is Ellipsis:  # x[...] = value: the whole array
+        return shape
     items = key if type(key) is tuple else (key,)
-    for k in items:
+    ellipsis = -1
+    for d, k in enumerate(items):
         t = type(k)
         if t is not slice and t is not int:
+            if k is Ellipsis and ellipsis < 0:
+                ellipsis = d
+                continue
             _check_index(key, shape)
             return _dummy(shape)[key].shape
+    if ellipsis >= 0:  # one Ellipsis among ints and slices: full slices in its place
+        fill = len(shape) - len(items) + 1
+        if fill < 0:
+            raise IndexError(
+                f"too many indices for array: array is {len(shape)}-dimensional, but {len(items) - 1} were indexed"
+            )
+        items = items[:ellipsis] + (slice(None),) * fill + items[ellipsis + 1 :]
     if len(items) > len(shape):
         raise IndexError(
             f"too many indices for array: array is {len(shape)}-dimensional, but {len(items)} were indexed"
