@@ -26,7 +26,8 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     probe) LIMIT=60 TAILN=12 run probe python3 benchmarks/probe_graph.py;;
     host) TAILN=40 run host python3 benchmarks/host_overhead.py --device cuda --json "$OUT/host_gpu.json";;
     bandwidth) LIMIT=${BW_LIMIT:-300} TAILN=60 run bandwidth python3 benchmarks/bandwidth.py ${BW_ARGS:-} --json "$OUT/bandwidth_gpu.json";;
-    final15) LIMIT=300 TAILN=30 run final15 python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py -k "wide_access or graph_lstm or jit_lstm or lstm_step or float16_and_bool or graph_mode";;
+    final15) LIMIT=300 TAILN=30 run final15 python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py -k "wide_access or graph_lstm or jit_lstm or lstm_step or float16_and_bool or graph_mode or horizontal";;
+    optim) LIMIT=${OPT_LIMIT:-300} TAILN=20 run optim python3 benchmarks/optimizer.py --device cuda --steps 3 --repeats 5 --json "$OUT/optimizer_gpu.json";;
     wide) LIMIT=300 TAILN=12 run wide python3 -m pytest -m gpu -q -p no:cacheprovider -x -W ignore::DeprecationWarning tests/test_gpu.py -k "wide_access or large_reductions or reduction_patterns";;
     compile) run compile python3 benchmarks/compile_time.py;;
     bwu) for u in 2 4; do FUSETREE_CUDA_UNROLL=$u LIMIT=150 TAILN=24 run bandwidth_u$u python3 benchmarks/bandwidth.py --no-torch; done;;
