@@ -249,21 +249,43 @@ def softmax(x: Any, axis: Any = -1) -> Array:
     >>> ft.softmax(ft.asarray(np.zeros((1, 4), np.float32))).numpy().tolist()
     [[0.25, 0.25, 0.25, 0.25]]
     """
-    a = asarray(x)
+    a, half = _widen(asarray(x))
     e = _FNS["exp"](a - max(a, axis, keepdims=True))
-    return e / sum(e, axis, keepdims=True)
+    return _narrow(e / sum(e, axis, keepdims=True), half)
 
 
 def log_softmax(x: Any, axis: Any = -1) -> Array:
     """``x - logsumexp(x, axis, keepdims=True)``: one kernel."""
-    a = asarray(x)
+    a, half = _widen(asarray(x))
     d = a - max(a, axis, keepdims=True)
-    return d - _FNS["log"](sum(_FNS["exp"](d), axis, keepdims=True))
+    return _narrow(d - _FNS["log"](sum(_FNS["exp"](d), axis, keepdims=True)), half)
+
+
+def _widen(a: Array) -> tuple[Array, bool]:
+    """float16 input of softmax/log_softmax/layer_norm is computed in float32 (as PyTorch does;
+    converted in registers, so the kernel reads and writes float16): rounding every step to
+    float16 costs up to ulp(mean)/std in ``x - mean``."""
+    if a.dtype == np.float16:
+        return a.astype(np.float32), True
+    return a, False
+
+
+def _narrow(y: Array, half: bool) -> Array:
+    return y.astype(np.float16) if half else y
 
 
 def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, axis: Any = -1) -> Array:
-    """``(x - mean) / sqrt(var + eps) * weight + bias`` over ``axis`` (layernorm): one kernel."""
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over ``axis`` (layernorm): one kernel.
+    float16 input is normalized in float32 and the result rounded to float16 (as in PyTorch)."""
     a = asarray(x)
+    if a.dtype == np.float16 and builtins.all(
+        v is None or type(v) in (int, float) or asarray(v).dtype == np.float16 for v in (weight, bias)
+    ):  # a float16 result (wider weights would promote it): computed in float32
+        a, half = _widen(a)
+        weight = weight if weight is None or type(weight) in (int, float) else asarray(weight).astype(np.float32)
+        bias = bias if bias is None or type(bias) in (int, float) else asarray(bias).astype(np.float32)
+    else:
+        half = False
     m = mean(a, axis, keepdims=True)
     d = a - m
     v = mean(d * d, axis, keepdims=True)
@@ -272,7 +294,7 @@ def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, 
         y = y * weight
     if bias is not None:
         y = y + bias
-    return y
+    return _narrow(y, half)
 
 
 FUNCTIONS = {
