@@ -282,7 +282,9 @@ def layer_norm(x: Any, weight: Any = None, bias: Any = None, eps: float = 1e-5, 
         v is None or type(v) in (int, float) or asarray(v).dtype == np.float16 for v in (weight, bias)
     ):  # a float16 result (wider weights would promote it): computed in float32
         a, half = _widen(a)
-        weight = weight if weight is None or type(weight) in (int, float) else asarray(weight).astype(np.float32)
+        weight = (
+            weight if weight is None or type(weight) in (int, float) else asarray(weight).astype(np.float32)
+        )
         bias = bias if bias is None or type(bias) in (int, float) else asarray(bias).astype(np.float32)
     else:
         half = False
