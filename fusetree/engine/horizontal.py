@@ -16,8 +16,9 @@ the same arrays every step looks it up instead of rebuilding and uploading it.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -37,9 +38,22 @@ _TABLES: dict[tuple, tuple] = {}  # (key, addresses and sizes) -> (launch argume
 _MAX_TABLES = 16
 
 
-def key_of(nodes: list[Node], targets: list[Any], shape: tuple[int, ...], device: str) -> tuple | None:
-    """The horizontal-fusion key of a component (its value ``nodes`` stored into ``targets``),
-    or None when it cannot run in a horizontal kernel."""
+class Member(NamedTuple):
+    """One component of a horizontal launch: its entries ``(node, target, _)`` (engine.stores),
+    their merged leaves and the targets' addresses."""
+
+    comp: list[tuple]
+    leaves: tuple[Node, ...]
+    tptrs: list[int]
+
+
+def key_of(comp: list[tuple], shape: tuple[int, ...], device: str,
+           ptr_of: Callable[[Any], int] = address) -> tuple[tuple, Member] | None:  # fmt: skip
+    """The horizontal-fusion key of a component (entries ``(value node, target, _)``) and its
+    :class:`Member`, or None when it cannot run in a horizontal kernel. ``ptr_of(target)``: a
+    target's address (the flush knows them)."""
+    nodes = [e[0] for e in comp]
+    targets = [e[1] for e in comp]
     for n in nodes:
         if n.flags & (REDUCE | EXPAND):
             return None
@@ -50,7 +64,8 @@ def key_of(nodes: list[Node], targets: list[Any], shape: tuple[int, ...], device
     for t in targets:
         if t is None or not t.flags.c_contiguous:
             return None
-    outs = {address(t): k for k, t in enumerate(targets)}
+    tptrs = [ptr_of(t) for t in targets]
+    outs = {p: k for k, p in enumerate(tptrs)}
     kinds = []
     scalars = []
     for x in leaves:
@@ -70,12 +85,12 @@ def key_of(nodes: list[Node], targets: list[Any], shape: tuple[int, ...], device
                 return None
         else:
             return None
-    return (device, tuple([n.key for n in nodes]), sharing, tuple(kinds), tuple(scalars))
+    return (device, tuple([n.key for n in nodes]), sharing, tuple(kinds), tuple(scalars)), Member(comp, leaves, tptrs)
 
 
-def run(be: Any, tag: str, target_name: str, key: tuple, comps: list[list[tuple]]) -> None:
-    """One horizontal launch computing every component of ``comps`` (entries (node, target, _))."""
-    first = [e[0] for e in comps[0]]
+def run(be: Any, tag: str, target_name: str, key: tuple, members: list[Member]) -> None:
+    """One horizontal launch computing every component of ``members``."""
+    first = [e[0] for e in members[0].comp]
     spec = _SPECS.get((tag, key))
     if spec is None:
         spec = _SPECS[(tag, key)] = _spec(first, key[3], target_name, tag)
@@ -85,9 +100,7 @@ def run(be: Any, tag: str, target_name: str, key: tuple, comps: list[list[tuple]
     addrs: list[list[int]] = [[] for _ in range(nslots)]
     arrays: list[Any] = []
     scalars: list[Any] = []
-    for g, comp in enumerate(comps):
-        nodes = [e[0] for e in comp]
-        leaves = nodes[0].leaves if len(nodes) == 1 else merge_leaves(tuple(nodes))[0]
+    for g, (comp, leaves, tptrs) in enumerate(members):
         sizes.append(comp[0][1].size)
         j = 0
         for x in leaves:
@@ -97,8 +110,8 @@ def run(be: Any, tag: str, target_name: str, key: tuple, comps: list[list[tuple]
                 j += 1
             elif g == 0:
                 scalars.append(be.scalar_arg(x))
-        for e in comp:
-            addrs[j].append(be.ptr(e[1]))
+        for e, p in zip(comp, tptrs):
+            addrs[j].append(p)
             arrays.append(e[1])
             j += 1
     tkey = (tag, key, tuple(sizes), tuple(map(tuple, addrs)))
@@ -113,7 +126,7 @@ def run(be: Any, tag: str, target_name: str, key: tuple, comps: list[list[tuple]
     if rec is not None:
         k = 0
         slot_arrays: list[list[Any]] = [[] for _ in range(nslots)]
-        for _ in comps:
+        for _ in members:
             for j in range(nslots):
                 slot_arrays[j].append(arrays[k])
                 k += 1

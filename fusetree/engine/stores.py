@@ -174,8 +174,8 @@ def describe() -> list[str]:
     hgroups: dict[tuple, list] = {}
     for (device, shape), comps in groups.items():
         for comp in comps:
-            hk = horizontal.key_of([e[0] for e in comp], [e[1] for e in comp], shape, device)
-            hgroups.setdefault(hk if hk is not None else ("plain", id(comp)), []).append((shape, comp))
+            hm = horizontal.key_of(comp, shape, device)
+            hgroups.setdefault(hm[0] if hm is not None else ("plain", id(comp)), []).append((shape, comp))
     for hk, members in hgroups.items():
         n_out = len(members[0][1])
         at = sorted({where[id(e[1])] for _, comp in members for e in comp if e[1] is not None})
@@ -218,25 +218,26 @@ def _flush(stores: list[Store]) -> None:
         plain: list[tuple[str, tuple, list]] = []
         hgroups: dict[tuple, list] = {}
         many = len(groups) > 1 or any(len(c) > 1 for c in groups.values())
+        tptr = {id(s.target): s.tnode.ptr for s in stores}  # known: no array interface call
         for (device, shape), comps in groups.items():
             for comp in comps:
-                hk = None
+                hm = None
                 if many and (HOOK.recorder is None or HOOK.recorder.horizontal):
-                    hk = horizontal.key_of([e[0] for e in comp], [e[1] for e in comp], shape, device)
-                if hk is None:
+                    hm = horizontal.key_of(comp, shape, device, lambda t: tptr.get(id(t)) or address(t))
+                if hm is None:
                     plain.append((device, shape, comp))
                 else:
-                    hgroups.setdefault(hk, []).append((shape, comp))
+                    hgroups.setdefault(hm[0], []).append((shape, hm[1]))
         for hk, members in hgroups.items():
             device = hk[0]
             ctx = _r.context(device)
             if len(members) > 1 and hasattr(ctx.be, "launch_table"):
                 try:
-                    horizontal.run(ctx.be, ctx.tag, ctx.target.name, hk, [c for _, c in members])
+                    horizontal.run(ctx.be, ctx.tag, ctx.target.name, hk, [m for _, m in members])
                     continue
                 except ValueError:  # misaligned memory: one kernel per component
                     pass
-            plain.extend((device, shape, comp) for shape, comp in members)
+            plain.extend((device, shape, m.comp) for shape, m in members)
         for device, shape, comp in plain:
             nodes = [e[0] for e in comp]
             targets = [e[1] for e in comp]
@@ -268,7 +269,6 @@ def _plan_groups(stores: list[Store], readers: list) -> dict | None:
             i = parent[i]
         return i
 
-    be_for: dict[str, Any] = {}
     for k, (node, _, _) in enumerate(entries):
         for x in node.leaves or (node,):
             if x.op == "buffer":
@@ -283,11 +283,8 @@ def _plan_groups(stores: list[Store], readers: list) -> dict | None:
                 # A reduction is planned as kernels of its own (one would write before another reads)
                 if keys[t] != keys[k] or (node.flags | stores[t].node.flags) & (REDUCE | EXPAND):
                     return None
-                dev = keys[k][0]
-                be = be_for.get(dev)
-                if be is None:
-                    be = be_for[dev] = _r.context(dev).be
-                if not be.same_view(x.data, stores[t].target):  # type: ignore[attr-defined]
+                tn = stores[t].tnode  # the same view: same address (both cached), shape, strides
+                if x.ptr != tn.ptr or x.shape != tn.shape or x.data.strides != tn.data.strides:  # type: ignore[attr-defined]
                     return None
                 parent[find(k)] = find(t)
             elif x.op == "matmul":
