@@ -402,7 +402,16 @@ class JitFunction:
         reads are *staged*: copied into a static buffer the graph reads (and copied back when the
         function writes them). Returned arrays the function allocated are the graph's static
         buffers: the next call overwrites them (as with torch.cuda.graphs); copy what must
-        survive. A returned argument is the caller's array."""
+        survive. A returned argument is the caller's array.
+
+        Host devices have no graphs: the trace replays on the caller's memory as ``ft.jit`` does
+        (every argument bound, nothing copied; results are fresh arrays)."""
+        if trace.device != "cuda":
+            out = self._replay(trace, args, count=False)
+            STATS["replays"] += 1
+            STATS["graph_launches"] += 1
+            STATS["launches"] += 1
+            return out
         g = trace.graph
         if g is None:
             g = trace.graph = _capture(self, trace, args)
@@ -566,7 +575,7 @@ def _outputs(be: Any, roots: list[Any], outs: tuple[Out, ...], fixed: bool = Fal
 
 @dataclass
 class _Graph:
-    """A trace as a CUDA graph (or, on host devices, replayed into fixed buffers)."""
+    """A trace as a CUDA graph."""
 
     inputs: list[Any]  # per array argument: its static copy (staged), or None (bound)
     roots: list[Any]  # every buffer of the trace (bound arguments: the last call's)
@@ -602,11 +611,10 @@ class _Graph:
 
 
 def _capture(self: JitFunction, trace: Trace, args: tuple) -> _Graph:
-    be = backends.get(trace.device)
-    if trace.device == "cuda":
-        g = _build_graph(self, trace, args, be)
-        if g is not None:
-            return g
+    be = backends.get(trace.device)  # CUDA (host devices replay without a graph: _graph_replay)
+    g = _build_graph(self, trace, args, be)
+    if g is not None:
+        return g
     datas = [a._node.data for a in args if isinstance(a, Array)]  # type: ignore[attr-defined]
     statics, groups = _static_inputs(be, datas)
     hit = {groups[k] for k in trace.written_inputs}  # overlapping arguments are copied back together
@@ -621,17 +629,6 @@ def _capture(self: JitFunction, trace: Trace, args: tuple) -> _Graph:
             new_args.append(a)
     self._replay(trace, tuple(new_args), count=False)  # allocates every buffer the trace needs
     roots = self._last_roots
-    if trace.device != "cuda":
-        # no graphs on host devices: replay into the same fixed buffers, so graph=True behaves
-        # (static buffers, copies in and back) as it does on a GPU
-        fixed_args = tuple(new_args)
-
-        def launch() -> None:
-            self._replay(trace, fixed_args, fixed=roots, count=False)
-
-        first = self._replay(trace, fixed_args, fixed=roots, count=False)
-        results = pytree.flatten(first)[0]
-        return _Graph(statics, roots, results, launch, written)
     # a trace the driver-built graph cannot hold: stream capture over static copies of every argument
     cp = be.xp
     stream = cp.cuda.Stream(non_blocking=True)
@@ -839,8 +836,9 @@ def jit(fn: Any = None, *, graph: bool = False, static_argnums: Any = (), static
     - no copy. Arguments a GEMM or a copy reads are copied into static buffers
     (``stats()["copies"]``) and copied back when the function writes them. The new arrays it
     returns are static buffers: the next call overwrites them. Graphs are freed with the jitted
-    function. On host devices ``graph=True`` replays the trace into fixed buffers with the same
-    copy semantics, so code can be checked there.
+    function. On host devices ``graph=True`` replays the trace as plain ``ft.jit`` does (arguments
+    bound, no copies, fresh result arrays), so graph code runs there with the same in-place
+    semantics.
 
     >>> import numpy as np, fusetree as ft
     >>> @ft.jit
