@@ -92,8 +92,10 @@ def test_horizontal_kernel_compiles_to_ptx(dtype):
     v2 = 0.999 * v + 0.001 * (g * g)
     p2 = p - c * m2 / (ft.sqrt(v2) + 1e-8)
     nodes = [x._node for x in (m2, v2, p2)]
-    key = horizontal.key_of(nodes, [x.data for x in (m, v, p)], (8,), "cpu")
-    assert key is not None and "B" in key[3]
+    hm = horizontal.key_of([(n, x.data, None) for n, x in zip(nodes, (m, v, p))], (8,), "cpu")
+    assert hm is not None
+    key = hm[0]
+    assert "B" in key[3] and key[3].count("C") == 1 and {"O0", "O1", "O2"} <= set(key[3]), key[3]
     spec = horizontal._spec(nodes, key[3], "cuda", "cuda/test")
     tgt, ptx_fn = backends.codegen_target("cuda")
     src, params = codegen.render(spec, tgt)
