@@ -406,11 +406,10 @@ class JitFunction:
 
         Host devices have no graphs: the trace replays on the caller's memory as ``ft.jit`` does
         (every argument bound, nothing copied; results are fresh arrays)."""
-        if trace.device != "cuda":
+        if trace.device != "cuda":  # (its kernel launches count themselves)
             out = self._replay(trace, args, count=False)
             STATS["replays"] += 1
             STATS["graph_launches"] += 1
-            STATS["launches"] += 1
             return out
         g = trace.graph
         if g is None:
