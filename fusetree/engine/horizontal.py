@@ -85,7 +85,9 @@ def key_of(comp: list[tuple], shape: tuple[int, ...], device: str,
                 return None
         else:
             return None
-    return (device, tuple([n.key for n in nodes]), sharing, tuple(kinds), tuple(scalars)), Member(comp, leaves, tptrs)
+    return (device, tuple([n.key for n in nodes]), sharing, tuple(kinds), tuple(scalars)), Member(
+        comp, leaves, tptrs
+    )
 
 
 def run(be: Any, tag: str, target_name: str, key: tuple, members: list[Member]) -> None:

@@ -115,6 +115,8 @@ class Trace:
     out_tree: Any = pytree.LEAF  # the structure of what the function returns
     graph: Any = None  # a _Graph once captured (ft.jit(graph=True))
     prepared: list | None = None  # per op: a replay.Launch (kernels), else None
+    fresh: frozenset[int] | None = None  # roots a replay allocates whole and C-contiguous (a result
+    # over one of them is wrapped without checking its layout)
 
     @property
     def written_inputs(self) -> tuple[int, ...]:
@@ -486,8 +488,17 @@ class JitFunction:
                 else None
                 for op in trace.ops
             ]
+            trace.fresh = frozenset(
+                o.root
+                for op in trace.ops
+                if isinstance(op, Kernel | FrameKernel)
+                for o in op.outputs
+                if o.new
+            )
+        is_fixed = fixed is not None
+        run = replay.run
         for op, launch in zip(trace.ops, prepared):
-            if launch is not None and replay.run(be, launch, roots, nodes, fixed is not None):
+            if launch is not None and run(be, launch, roots, nodes, is_fixed):
                 n_launch += 1
                 n_kernel += 1
             elif isinstance(op, Kernel):
@@ -530,9 +541,17 @@ class JitFunction:
             STATS["replays"] += 1
         self._last_roots = roots
         results = []
+        fresh = trace.fresh or ()
         for d, v in trace.results:
             if d is None:
                 results.append(v)
+            elif (
+                d.root in fresh
+                and d.offset == 0
+                and (r := roots[d.root]).shape == d.shape
+                and r.dtype == d.dtype
+            ):
+                results.append(wrap(make_contiguous(r, trace.device, d.shape, d.dtype)))  # a kernel's output
             else:
                 r = roots[d.root]
                 if d.offset == 0 and r.shape == d.shape and r.strides == d.strides:  # a whole root

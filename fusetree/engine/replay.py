@@ -144,11 +144,10 @@ def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool
             launch.last = ptrs
         be.launch_params(launch.launcher, launch.params, launch.grid, launch.block)
         return True
-    vals = list(launch.template)
+    vals = launch.template.copy()
     info: dict[int, tuple] = {}
     for r, _, _ in launch.new:  # fresh C-contiguous outputs: their own 1-D views
-        a = roots[r]
-        info[r] = be.replay_root_fresh(a)
+        info[r] = be.replay_root_fresh(roots[r])
     for p in launch.patches:
         bi = info.get(p.root)
         if bi is None:
@@ -168,7 +167,8 @@ def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool
         base, eoff = bi
         if p.kind == "flat":
             e = eoff + p.offset // p.item
-            vals[p.slot] = base[e : e + p.size]
+            # the whole allocation (an argument or output used entire): the base itself
+            vals[p.slot] = base if e == 0 and p.size == base.shape[0] else base[e : e + p.size]
         elif p.kind == "base":
             vals[p.slot] = base
         else:
