@@ -578,8 +578,12 @@ def _int_slices(key: Any) -> Any:
         ):
             return key
         return slice(*[None if b is None else operator.index(b) for b in (key.start, key.stop, key.step)])
-    if t is tuple and any(type(k) is slice for k in key):
-        return tuple(_int_slices(k) if type(k) is slice else k for k in key)
+    if t is tuple:
+        for k in key:
+            if type(k) is slice and not (
+                type(k.start) in _INT_OR_NONE and type(k.stop) in _INT_OR_NONE and type(k.step) in _INT_OR_NONE
+            ):
+                return tuple(_int_slices(k) if type(k) is slice else k for k in key)
     return key
 
 

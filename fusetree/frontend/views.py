@@ -24,6 +24,17 @@ def view_of(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], v
     leaves. ``vkey`` names the view for the per-buffer view cache (None: not cached)."""
     if node.op == "buffer":
         return _buffer_view(node, leaf_fn, vkey)  # type: ignore[arg-type]
+    args = node.args
+    if node.leaves and all(a.op in _LEAF_OPS for a in args):  # one op over leaves (x@W + b): no walk
+        views: list[Node] = []
+        for i, a in enumerate(args):
+            for j in range(i):
+                if args[j] is a:  # a shared leaf stays shared (the tree's key depends on it)
+                    views.append(views[j])
+                    break
+            else:
+                views.append(_leaf_view(a, leaf_fn, vkey))
+        return make_op(node.op, tuple(views), node.dtype, shape, node.device, node.attrs)
     memo: dict[int, Node] = {}
     ops: list[Node] = []
     stack = [node]
@@ -49,6 +60,18 @@ def view_of(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], v
     for n in ops:
         memo[id(n)] = make_op(n.op, tuple([memo[id(a)] for a in n.args]), n.dtype, shape, n.device, n.attrs)
     return memo[id(node)]
+
+
+_LEAF_OPS = frozenset(("buffer", "scalar", "matmul"))
+
+
+def _leaf_view(n: Node, leaf_fn: Callable[[Any], Any], vkey: tuple | None) -> Node:
+    op = n.op
+    if op == "scalar":
+        return n
+    if op == "buffer":
+        return _buffer_view(n, leaf_fn, vkey)  # type: ignore[arg-type]
+    return make_buffer(leaf_fn(engine.compute_gemm(n)), n.device)  # a pending GEMM: computed first
 
 
 def _uid(n: Node) -> int:
