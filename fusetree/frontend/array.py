@@ -581,7 +581,9 @@ def _int_slices(key: Any) -> Any:
     if t is tuple:
         for k in key:
             if type(k) is slice and not (
-                type(k.start) in _INT_OR_NONE and type(k.stop) in _INT_OR_NONE and type(k.step) in _INT_OR_NONE
+                type(k.start) in _INT_OR_NONE
+                and type(k.stop) in _INT_OR_NONE
+                and type(k.step) in _INT_OR_NONE
             ):
                 return tuple(_int_slices(k) if type(k) is slice else k for k in key)
     return key
