@@ -764,11 +764,14 @@ def _watch(*operands: Any) -> None:
     """Deferred stores are queued (engine.stores): an operand reading a queued store's target
     memory flushes them first. Called *before* the operands' nodes are read: a flush turns the
     pending operands that read a target into memory (their old nodes would read the new data)."""
-    nodes = [
-        x._node if type(x) is Array else from_foreign(x)
-        for x in operands
-        if type(x) is Array or (not isinstance(x, (*_WEAK, np.generic)) and backends.device_of(x) is not None)
-    ]
+    nodes = []
+    for x in operands:
+        t = type(x)
+        if t is Array:
+            nodes.append(x._node)
+        elif t is not float and t is not int and not isinstance(x, (*_WEAK, np.generic)) and \
+                backends.device_of(x) is not None:  # fmt: skip
+            nodes.append(from_foreign(x))
     _nm.WATCH(tuple(nodes))
 
 
