@@ -23,7 +23,7 @@ from ..errors import DeviceError, DTypeError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir import node as _nm
 from ..ir.node import EXPAND, REDUCE, Buffer, Node, make_buffer, make_matmul, make_op, make_scalar
-from ..ir.ops import BINARY_OPERATORS, INPLACE_OPERATORS, OPS, RULES2, UNARY_OPERATORS, rule
+from ..ir.ops import BINARY_OPERATORS, INPLACE_OPERATORS, OPS, RULES1, RULES2, UNARY_OPERATORS, rule
 from .views import index_shape, resolve_shape, view_index, view_key, view_of
 
 _ref = weakref.ref
@@ -696,9 +696,19 @@ def _unary(name: str) -> Callable[[Array], Array]:
     def method(self: Array) -> Array:
         if _nm.WATCH is not None:
             _watch(self)
-        return _build(name, (self._node,))
+        return unary(name, self._node)
 
+    method.__name__ = name
     return method
+
+
+def unary(name: str, a: Node) -> Array:
+    """Op ``name`` of one array node: the memoized rule and the node (the generic path on a miss,
+    while tracing gradients, or unfused)."""
+    r = RULES1.get((name, a.dtype))
+    if r is not None and TAPE is None and a.op != "scalar" and config.current.fuse:
+        return wrap(make_op(name, (a,), r.out, a.shape, a.device))
+    return _build(name, (a,))
 
 
 for _m, _name in BINARY_OPERATORS.items():
@@ -757,6 +767,8 @@ def elementwise(name: str, *operands: Any, attrs: tuple = ()) -> Array:
     """Build the node for op ``name`` (see fusetree.ir.ops.OPS) over ``operands``."""
     if _nm.WATCH is not None:
         _watch(*operands)
+    if len(operands) == 1 and not attrs and type(operands[0]) is Array:
+        return unary(name, operands[0]._node)
     return _build(name, tuple([x._node if type(x) is Array else as_node(x) for x in operands]), attrs)
 
 

@@ -237,7 +237,8 @@ class Rule(NamedTuple):
 _RULES: dict[tuple, Rule] = {}
 # binary ops on two dtypes (or a dtype and a weak Python float): (op, desc0, desc1) -> Rule, the
 # operators' fast path (one tuple, one lookup)
-RULES2: dict[tuple, Rule] = {}
+RULES2: dict[tuple, Rule] = {}  # (op, dtype, dtype | float) -> rule: the binary operators' fast path
+RULES1: dict[tuple, Rule] = {}  # (op, dtype) -> rule: the unary functions' fast path
 
 
 def rule(op: str, descs: tuple[dtypes.Desc, ...], attrs: tuple = ()) -> Rule:
@@ -251,6 +252,8 @@ def rule(op: str, descs: tuple[dtypes.Desc, ...], attrs: tuple = ()) -> Rule:
         r = _RULES[k] = Rule(out, tuple(operand_dtype(op, descs, out, i) for i in range(len(descs))))
         if len(descs) == 2 and not attrs and descs[1] is not int:
             RULES2[(op, descs[0], descs[1])] = r
+        elif len(descs) == 1 and not attrs and isinstance(descs[0], np.dtype):
+            RULES1[(op, descs[0])] = r
     return r
 
 
