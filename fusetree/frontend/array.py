@@ -646,6 +646,11 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
             if _nm.WATCH is not None:
                 _watch(self, other)
             t = type(other)
+            if t is float:  # 1.0 - x, 3.0 / x: the memoized rule, no generic checks
+                a = self._node
+                r = RULES2.get((name, float, a.dtype))
+                if r is not None and config.current.fuse and TAPE is None and a.op != "matmul":
+                    return wrap(make_op(name, (make_scalar(other), a), r.out, a.shape, a.device))
             if t is float or t is int:
                 return _build(name, (make_scalar(other), self._node))
             if not _is_operand(other):
