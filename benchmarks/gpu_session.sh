@@ -17,8 +17,10 @@ h2, c2 = lstm_step(*(ft.asarray(cp.asarray(a)) for a in inp), xp=ft)
 ft.reset_stats(); ft.evaluate(h2, c2); print(ft.stats())
 hr, cr = reference(*inp); print('rel_err', rel_err(h2.numpy(), hr), rel_err(c2.numpy(), cr))
 print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].source)";;
-    # the whole GPU suite in four calls of at most ~9 minutes (it compiles ~2,500 kernels: ~25 min
-    # on the H200 host): suite1 .. suite4 run round-robin quarters of it
+    # the whole GPU suite compiles ~2,500 kernels (~25 min in one process on the H200 host): "suite"
+    # runs it as SUITE_PROCS (8) pytest processes side by side (logs: $OUT/suite_<k>.log; not yet
+    # timed on the H200); suite1 .. suite4 run round-robin quarters one process each, a call apiece
+    suite) LIMIT=${SUITE_LIMIT:-560} TAILN=40 run suite python3 benchmarks/gpu_suite_slice.py --procs "${SUITE_PROCS:-8}" --logs "$OUT";;
     suite1|suite2|suite3|suite4) LIMIT=${SUITE_LIMIT:-560} TAILN=25 run "$p" python3 benchmarks/gpu_suite_slice.py "${p#suite}" 4;;
     tests) LIMIT=420 TAILN=40 run tests python3 -m pytest -m gpu -q -p no:cacheprovider -x --maxfail=5 -W ignore::DeprecationWarning tests/test_gpu.py;;
     gputests_quick) LIMIT=200 TAILN=10 run gputests_quick python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py tests/test_jit.py -k "lstm or interop or cache or float16 or random or jit or graph or in_place or element_reads or program_fuzzer or bound or pytrees or horizontal or (add and float32) or (sigmoid and float32)";;
