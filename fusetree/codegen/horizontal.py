@@ -14,10 +14,12 @@ per row.
         n = tab[b]
         o1 = tab[b + 1]
         ...
+        r1 = in1[o1:o1 + n]          # CUDA: in1[o1 + i] (and 16-byte groups, below)
+        q0 = out0[p0:p0 + n]
         for i in range(n):
-            x1 = in1[o1 + i]
+            x1 = r1[i]
             ...
-            out0[p0 + i] = t7
+            q0[i] = t7
 
 On CUDA a chunk whose "C" arrays all start 16-byte aligned (checked per block, in the kernel) is
 walked in groups of 16 bytes with one ``vld``/``vst`` per array and group, as the flat elementwise
