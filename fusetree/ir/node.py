@@ -299,7 +299,6 @@ def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None
     """Distinct leaves of ``args`` in order, and the sharing map (None when no leaf is shared)."""
     if len(args) == 1:
         return args[0].leaves or (args[0],), None
-    total = 0
     mask = 0
     disjoint = True
     for a in args:
@@ -311,10 +310,13 @@ def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None
         for a in args:
             out += a.leaves or (a,)
         return out, None
-    index: dict[int, int] = {}
-    leaves: list[Node] = []
-    maps = []
-    for a in args:
+    # the first operand's leaves are distinct already: taken whole, indexed in one pass
+    first = args[0].leaves or (args[0],)
+    leaves: list[Node] = list(first)
+    index: dict[int, int] = {id(leaf): j for j, leaf in enumerate(first) if leaf.op != "scalar"}
+    maps = [tuple(range(len(first)))]
+    total = len(first)
+    for a in args[1:]:
         m = []
         for leaf in a.leaves or (a,):
             total += 1
