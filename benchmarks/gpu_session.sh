@@ -35,6 +35,8 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     optim) LIMIT=${OPT_LIMIT:-300} TAILN=20 run optim python3 benchmarks/optimizer.py --device cuda --steps 3 --repeats 5 --json "$OUT/optimizer_gpu.json";;
     wide) LIMIT=300 TAILN=12 run wide python3 -m pytest -m gpu -q -p no:cacheprovider -x -W ignore::DeprecationWarning tests/test_gpu.py -k "wide_access or large_reductions or reduction_patterns";;
     compile) run compile python3 benchmarks/compile_time.py;;
+    tile64) FUSETREE_CUDA_TILE=64 LIMIT=200 TAILN=20 run tile64_check python3 -c "import numpy as np, vector_cases as vc; print('checked', vc.check_transposed('cuda', np.random.default_rng(0), big=True))"
+      FUSETREE_CUDA_TILE=64 LIMIT=200 TAILN=30 run bandwidth_t64 python3 benchmarks/bandwidth.py --no-torch;;
     bwu) for u in 2 4; do FUSETREE_CUDA_UNROLL=$u LIMIT=150 TAILN=24 run bandwidth_u$u python3 benchmarks/bandwidth.py --no-torch; done;;
     lstm) LIMIT=500 TAILN=45 run lstm python3 benchmarks/lstm.py --device cuda --json "$OUT/lstm_gpu.json" --plot "$OUT/lstm_gpu.png";;
     redtests) LIMIT=420 TAILN=30 run redtests python3 -m pytest -m gpu -q -p no:cacheprovider -x -W ignore::DeprecationWarning tests/test_gpu.py -k "reduction or graph or two_stage";;

@@ -34,6 +34,9 @@ class Options:
     max_kernel_params: int = MAX_KERNEL_PARAMS
     cuda_unroll: int = 1  # groups (vectors or elements) per thread per grid-stride step, CUDA
     cuda_vector: bool = True  # CUDA elementwise kernels: 16-byte accesses where the arrays allow
+    # CUDA kernels reading a transposed input: tile edge (32 or 64; blocks stay 32 x 8 threads,
+    # a 64 tile gives each thread 2 x 8 elements). 64 is for a sweep: not yet measured on a GPU
+    cuda_tile: int = 32
     max_cached_kernels: int = 1024  # in-memory kernel cache bound (LRU); a numba CPU kernel holds ~3 MB
     # reductions: threads per row on CUDA (0: chosen from the row length), and rows longer than
     # ``reduce_split`` elements are reduced in two stages of chunks that long (0: automatic)
@@ -57,6 +60,7 @@ def _from_env() -> Options:
         max_kernel_params=int(os.environ.get("FUSETREE_MAX_KERNEL_PARAMS", MAX_KERNEL_PARAMS)),
         cuda_unroll=int(os.environ.get("FUSETREE_CUDA_UNROLL", 1)),
         cuda_vector=_env_flag("FUSETREE_CUDA_VECTOR", True),
+        cuda_tile=int(os.environ.get("FUSETREE_CUDA_TILE", 32)),
         max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 1024)),
         reduce_threads=int(os.environ.get("FUSETREE_REDUCE_THREADS", 0)),
         reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 16)),

@@ -71,6 +71,8 @@ if PART == "vector":
 
     checked += vector_cases.check_elementwise(D, rng)
     checked += vector_cases.check_horizontal(D, rng)
+    with ft.options(cuda_tile=64):  # the 64-wide tile variant (2 x 8 elements per thread)
+        checked += vector_cases.check_transposed(D, rng, big=True)
 print("SIM OK", checked)
 """
 

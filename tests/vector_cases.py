@@ -57,8 +57,21 @@ def check_elementwise(device, rng, scale=1):
             for expr, arrays, view in cases:
                 shape = (rows, cols + 4) if view is not None else (rows, cols)
                 checked += _run(device, expr, arrays, shape, dt, view)
-    # transposed inputs (shared-memory tiles): several tiles with ragged edges, a batch axis, a
-    # transposed view of a strided array, two transposed inputs and a transposed output view
+    checked += check_transposed(device, rng)
+    # mixed widths: float16 in, float32 and bool out; a 3-D shape; a float16 view with a tail
+    h = rng.standard_normal((2, 3, 12)).astype(np.float16)
+    f = rng.standard_normal((2, 3, 12)).astype(np.float32)
+    checked += _run(device, lambda h, f: h.astype(np.float32) * f, [h, f], (2, 3, 12), "float32")
+    checked += _run(device, lambda h, f: h.astype(np.float32) > f, [h, f], (2, 3, 12), "bool")
+    checked += _run(device, lambda h, f: h[:, :, 1:] * 2, [h, f], (2, 3, 11), "float16")
+    return checked
+
+
+def check_transposed(device, rng, big=False):
+    """Transposed inputs (shared-memory tiles): several tiles with ragged edges, a batch axis, a
+    transposed view of a strided array, two transposed inputs and a transposed output view;
+    ``big``: a shape spanning several 64-wide tiles too."""
+    checked = 0
     for dt in ("float32", "float16"):
         t2 = rng.standard_normal((45, 37)).astype(dt)
         y = rng.standard_normal((37, 45)).astype(dt)
@@ -69,12 +82,10 @@ def check_elementwise(device, rng, scale=1):
         checked += _run(device, lambda t, y: t[::2].T + y[:, :23], [t2, y], (37, 23), dt)
         checked += _run(device, lambda t, y: t.T + y.T.T * t.T, [t2, y], (37, 45), dt)
         checked += _run(device, lambda t, y: t.T + y, [t2, y], (45, 37), dt, out_view=lambda o: o.T)
-    # mixed widths: float16 in, float32 and bool out; a 3-D shape; a float16 view with a tail
-    h = rng.standard_normal((2, 3, 12)).astype(np.float16)
-    f = rng.standard_normal((2, 3, 12)).astype(np.float32)
-    checked += _run(device, lambda h, f: h.astype(np.float32) * f, [h, f], (2, 3, 12), "float32")
-    checked += _run(device, lambda h, f: h.astype(np.float32) > f, [h, f], (2, 3, 12), "bool")
-    checked += _run(device, lambda h, f: h[:, :, 1:] * 2, [h, f], (2, 3, 11), "float16")
+        if big:
+            tb = rng.standard_normal((130, 70)).astype(dt)
+            yb = rng.standard_normal((70, 130)).astype(dt)
+            checked += _run(device, lambda t, y: t.T * y + 1, [tb, yb], (70, 130), dt)
     return checked
 
 

@@ -148,10 +148,10 @@ class CUDAKernel:
     """A loaded kernel and its prepared launch: parameter buffer, pointer array, block size."""
 
     __slots__ = ("args", "block", "buf", "flat", "func", "max_blocks", "max_threads", "name", "packer",
-                 "params", "per_thread", "ptx", "source", "tiled")  # fmt: skip
+                 "params", "per_thread", "ptx", "source", "tile")  # fmt: skip
 
     def __init__(self, func: int, fmt: str, block: int, max_blocks: int, name: str, ptx: str,
-                 max_threads: int = 1024, flat: bool = True, per_thread: int = 1, tiled: bool = False) -> None:  # fmt: skip
+                 max_threads: int = 1024, flat: bool = True, per_thread: int = 1, tile: int = 0) -> None:  # fmt: skip
         self.func = func
         self.packer = struct.Struct("=" + fmt)
         self.buf = ctypes.create_string_buffer(max(8, self.packer.size))
@@ -166,7 +166,7 @@ class CUDAKernel:
         self.ptx = ptx
         self.flat = flat
         self.per_thread = per_thread  # elements a thread takes per grid-stride step (vectors, unroll)
-        self.tiled = tiled  # reads a transposed input through shared-memory tiles (codegen.elementwise)
+        self.tile = tile  # > 0: reads a transposed input through tile x tile shared-memory tiles (codegen.elementwise)
         self.source = ""
 
 
@@ -235,7 +235,7 @@ class CUDABackend(Backend):
 
     def cache_tag(self) -> str:
         o = config.current
-        return f"cuda/u{o.cuda_unroll}v{int(o.cuda_vector)}h{o.reduce_held}"
+        return f"cuda/u{o.cuda_unroll}v{int(o.cuda_vector)}h{o.reduce_held}t{o.cuda_tile}"
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         try:
@@ -273,7 +273,7 @@ class CUDABackend(Backend):
             opts = config.current
             per_thread = max(1, opts.cuda_unroll) * (vector_width(spec) if opts.cuda_vector else 1)
         kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt, spec.flat, per_thread,
-                            tiled(spec))  # fmt: skip
+                            config.current.cuda_tile if tiled(spec) else 0)  # fmt: skip
         return kernel, {"disk_hit": disk_hit, "ptx": ptx}
 
     def save_source(self, spec: Any, source: str) -> str:
@@ -321,9 +321,9 @@ class CUDABackend(Backend):
         grid, x along the inner axis (threads enough for the row, ``per_thread`` elements each)
         and y over rows, ``block`` threads per block."""
         per = k.per_thread
-        if k.tiled:  # one tile of the last two axes per block at a time, 8 blocks per SM
-            ni, nj = shape[-2], shape[-1]
-            ntiles = (n // (ni * nj) if ni * nj else 0) * -(-ni // TILE) * -(-nj // TILE)
+        if k.tile:  # one tile of the last two axes per block at a time, 8 blocks per SM
+            ni, nj, t = shape[-2], shape[-1], k.tile
+            ntiles = (n // (ni * nj) if ni * nj else 0) * -(-ni // t) * -(-nj // t)
             return max(1, min(ntiles, 8 * self.sms)), (TILE, TILE_ROWS)
         if k.flat:  # one wave: 98-104% of copy at any block size 128..1024 and 1..all waves (H200)
             return max(1, min(-(-n // (k.block * per)), k.max_blocks)), k.block

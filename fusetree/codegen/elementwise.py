@@ -115,6 +115,12 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
                     w(f"vst{vector.width}(out{k}, {wide_outs[k].format(e=e)}, ({vals}))")
 
 
+TILE = (
+    32  # tiled kernels: a block of TILE x TILE_ROWS threads (TILE x TILE output elements per tile by default)
+)
+TILE_ROWS = 8
+
+
 def vector_width(spec: KernelSpec) -> int:
     """Elements per wide access of a CUDA elementwise kernel (:func:`.common.vector_width` of its
     arrays)."""
@@ -122,23 +128,23 @@ def vector_width(spec: KernelSpec) -> int:
                   + [o.dtype.itemsize for o in spec.outs])  # fmt: skip
 
 
-def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True) -> tuple[str, list[str]]:
+def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True,
+           tile: int = TILE) -> tuple[str, list[str]]:  # fmt: skip
     """Source of elementwise kernel ``spec`` for ``target`` and its parameter names. CUDA targets:
     ``unroll`` groups (vectors, or elements without ``vector``) per thread and grid-stride step;
-    ``vector``: wide accesses where the arrays allow (see :func:`_render_cuda`)."""
+    ``vector``: wide accesses where the arrays allow (see :func:`_render_cuda`); ``tile``: the
+    tile edge of kernels reading a transposed input (32 or 64, :func:`_render_tiled`)."""
     params = [p.name for p in abi.params(spec, target.name)]
     w = begin(spec, target.name, params)
     if target.cuda and tiled(spec):
-        _render_tiled(spec, target, w)
+        if tile not in (TILE, 2 * TILE):
+            raise ValueError(f"cuda_tile must be {TILE} or {2 * TILE}, got {tile}")
+        _render_tiled(spec, target, w, tile)
     elif target.cuda:
         _render_cuda(spec, target, w, max(1, unroll), vector_width(spec) if vector else 1)
     else:
         _render_cpu(spec, target, w)
     return w.text(), params
-
-
-TILE = 32  # tiled kernels: TILE x TILE output elements per tile, a block of TILE x TILE_ROWS threads
-TILE_ROWS = 8
 
 
 def tiled(spec: KernelSpec) -> bool:
@@ -152,31 +158,33 @@ def tiled(spec: KernelSpec) -> bool:
     )
 
 
-def _render_tiled(spec: KernelSpec, target: Target, w: Writer) -> None:
-    """A kernel over ``TILE x TILE`` tiles of the last two axes (rows ``i``, columns ``j``; leading
+def _render_tiled(spec: KernelSpec, target: Target, w: Writer, tile: int = TILE) -> None:
+    """A kernel over ``tile x tile`` tiles of the last two axes (rows ``i``, columns ``j``; leading
     axes are a batch), one tile per block at a time, blocks of ``TILE x TILE_ROWS`` threads.
 
     A transposed input ("T": contiguous along ``i``) is read with consecutive threads along ``i``
-    (coalesced) into a padded shared-memory tile, then every thread computes ``TILE/TILE_ROWS``
-    elements with consecutive threads along ``j``, reading the tile transposed and the other arrays
-    (and writing the outputs) coalesced along ``j``. Tile and batch positions cost one div/mod per
-    tile."""
+    (coalesced) into a padded shared-memory tile, then every thread computes
+    ``(tile/TILE) x (tile/TILE_ROWS)`` elements with consecutive threads along ``j``, reading the
+    tile transposed and the other arrays (and writing the outputs) coalesced along ``j``. Tile and
+    batch positions cost one div/mod per tile. A 64 tile makes each warp's row segments 128 bytes
+    for 2-byte types (64 bytes at 32)."""
     nd = spec.ndim
     ia, ja = nd - 2, nd - 1
-    per = TILE // TILE_ROWS
+    per = tile // TILE_ROWS  # rows per thread
+    cols = tile // TILE  # columns per thread
     arrays = _arrays(spec)
     trans = [i for i, lf in enumerate(spec.leaves) if lf.kind == "buffer" and lf.layout == "T"]
     w(f"nI = n{ia}")
     w(f"nJ = n{ja}")
-    w(f"tI = (nI + {TILE - 1}) // {TILE}")
-    w(f"tJ = (nJ + {TILE - 1}) // {TILE}")
+    w(f"tI = (nI + {tile - 1}) // {tile}")
+    w(f"tJ = (nJ + {tile - 1}) // {tile}")
     w("plane = nI * nJ")
     w("ntiles = (ntotal // plane) * tI * tJ if plane > 0 else 0")
     w("tx = cuda.threadIdx.x")
     w("ty = cuda.threadIdx.y")
     for i in trans:
         st = target.storage(spec.leaves[i].dtype)
-        w(f"sh{i} = cuda.shared.array(({TILE}, {TILE + 1}), {dtypes.CTOR[st]})")
+        w(f"sh{i} = cuda.shared.array(({tile}, {tile + 1}), {dtypes.CTOR[st]})")
     w("tile = cuda.blockIdx.x")
     w("while tile < ntiles:")
     w.indent()
@@ -185,8 +193,8 @@ def _render_tiled(spec: KernelSpec, target: Target, w: Writer) -> None:
     w("q = q // tJ")
     w("ci = q % tI")
     w("b = q // tI")
-    w(f"I0 = ci * {TILE}")
-    w(f"J0 = cj * {TILE}")
+    w(f"I0 = ci * {tile}")
+    w(f"J0 = cj * {tile}")
     if nd > 2:
         w("q = b")
         for d in range(ia - 1, 0, -1):
@@ -202,30 +210,46 @@ def _render_tiled(spec: KernelSpec, target: Target, w: Writer) -> None:
         w(f"{a}_p = {' + '.join(terms) or '0'}")
         inner = {"I": " + {J}", "R": ""}.get(lay, f" + {{J}} * {a}_s{ja}")
         idx[a] = f"{a}_p + {{I}} * {a}_s{ia}{inner}"
+
+    def plus(c: int) -> str:  # column block c of a thread: tx + 32c
+        return f" + {c * TILE}" if c else ""
+
     for i in trans:  # coalesced along i into the tile, stored as [j][i]
-        for k in range(per):
-            w(f"jj = J0 + ty + {k * TILE_ROWS}")
-            w("ii = I0 + tx")
-            w("if ii < nI and jj < nJ:")
-            w(f"    sh{i}[ty + {k * TILE_ROWS}, tx] = in{i}[{idx[f'in{i}'].format(I='ii', J='jj')}]")
-    # each thread's elements (I_k, J): positions clamped into the array, so every load is valid and
-    # the other operands are in flight with the tile's loads, before the barrier; stores guarded
-    w("J = min(J0 + tx, nJ - 1)")
+        for c in range(cols):
+            for k in range(per):
+                w(f"jj = J0 + ty + {k * TILE_ROWS}")
+                w(f"ii = I0 + tx{plus(c)}")
+                w("if ii < nI and jj < nJ:")
+                w(
+                    f"    sh{i}[ty + {k * TILE_ROWS}, tx{plus(c)}] = in{i}[{idx[f'in{i}'].format(I='ii', J='jj')}]"
+                )
+    # each thread's elements (I_k, J_c): positions clamped into the array, so every load is valid
+    # and the other operands are in flight with the tile's loads, before the barrier; stores guarded
+    jname = {c: "J" if cols == 1 else f"J_{c}" for c in range(cols)}
+    for c in range(cols):
+        w(f"{jname[c]} = min(J0 + tx{plus(c)}, nJ - 1)")
     for k in range(per):
         w(f"I_{k} = min(I0 + ty + {k * TILE_ROWS}, nI - 1)")
-    copies = tuple(f"_{k}" for k in range(per))
+    # copy suffixes: _k (one column per thread) or _c_k
+    where = {(f"_{k}" if cols == 1 else f"_{c}_{k}"): (c, k) for c in range(cols) for k in range(per)}
+    copies = tuple(where)
 
     def at(a: str, sfx: str) -> str:
-        return f"{a}[{idx[a].format(I='I' + sfx, J='J')}]"
+        c, k = where[sfx]
+        return f"{a}[{idx[a].format(I=f'I_{k}', J=jname[c])}]"
 
     def load(i: int, sfx: str) -> str:
         if i in trans:
-            return f"sh{i}[J - J0, I{sfx} - I0]"
+            c, k = where[sfx]
+            return f"sh{i}[{jname[c]} - J0, I_{k} - I0]"
         return at(f"in{i}", sfx)
 
+    def guard(sfx: str) -> str:
+        c, k = where[sfx]
+        return f"J0 + tx{plus(c)} < nJ and I0 + ty + {k * TILE_ROWS} < nI"
+
     body(spec, w, target, load=load, store=lambda k, sfx: at(f"out{k}", sfx), copies=copies, late=set(trans),
-         between="cuda.syncthreads()" if trans else "",
-         guard=lambda sfx: f"J0 + tx < nJ and I0 + ty + {int(sfx[1:]) * TILE_ROWS} < nI")  # fmt: skip
+         between="cuda.syncthreads()" if trans else "", guard=guard)  # fmt: skip
     if trans:
         w("cuda.syncthreads()")
     w("tile += cuda.gridDim.x")

@@ -54,7 +54,9 @@ def _evict(key: tuple) -> None:
 def _compile(be: Any, spec: KernelSpec) -> Any:
     unroll = config.current.cuda_unroll if be.target.cuda else 1
     opts = config.current
-    source, params = codegen.render(spec, be.target, unroll, opts.cuda_vector, opts.reduce_held)
+    source, params = codegen.render(
+        spec, be.target, unroll, opts.cuda_vector, opts.reduce_held, opts.cuda_tile
+    )
     if config.current.debug:
         print(source)
     try:
