@@ -149,3 +149,18 @@ def test_horizontal_kernel_wide_accesses_in_ptx():
         assert f"vld{width}(" in src and f"vst{width}(" in src, src
         ptx = ptx_fn(spec, src)[0]
         assert _wide(ptx, "ld") and _wide(ptx, "st"), ptx
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_tiled_kernels_compile_at_both_tile_sizes(dtype):
+    """Kernels reading a transposed input compile for CUDA with 32 and 64 tiles (64: two columns
+    and eight rows per thread); another size is refused with the option's name."""
+    x, b = (ft.asarray(np.ones((8, 8), dtype)) for _ in range(2))
+    for tile, cols in ((32, 1), (64, 2)):
+        with ft.options(cuda_tile=tile):
+            (k,) = ft.explain(x.T + b, target="cuda").kernels
+        assert f"cuda.shared.array(({tile}, {tile + 1})" in k.source
+        assert ("J_1 = " in k.source) == (cols == 2)
+        assert "bar.sync" in k.ptx
+    with ft.options(cuda_tile=48), pytest.raises(ValueError, match="cuda_tile"):
+        ft.explain(x.T + b, target="cuda")
