@@ -44,7 +44,8 @@ class Options:
     # CUDA: elements per thread of a row held in registers (a power of two). H200, softmax/layernorm
     # at (4096, 4096), jit: 32 -> 50.7/49.8 us float32, 38.7/35.2 float16; 16 -> 53.9/52.4, 52.3/48.1;
     # 8 -> 112/105, 112/109 (benchmarks/reductions.py under FUSETREE_REDUCE_HELD). 16 stays the
-    # default until 32 passes test_wide_access_paths_on_gpu (its one GPU run was inconclusive).
+    # default until 32 passes test_wide_access_paths_on_gpu: its one GPU run failed on what was
+    # probably float16 var's overflow (the same test failed there at 16 too; fixed since)
     reduce_held: int = 16
     reduce_split: int = 0
     # queue whole-array stores of pending values and write them together at the next read or
