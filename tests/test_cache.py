@@ -140,3 +140,25 @@ def test_the_cpu_disk_cache_keeps_the_newest_kernels(tmp_path):
     assert not list((tmp_path / "__pycache__").glob("ft_a_1.*"))
     assert len(list((tmp_path / "__pycache__").glob("*"))) == 4
     assert prune(str(tmp_path), keep=2) == 0
+
+
+def test_cpu_parallel_threshold_follows_the_work_per_element():
+    """CPU kernels go parallel by estimated work: an exp-heavy kernel at fewer elements than a
+    cheap one; the transcendental ops named are all op-table rows."""
+    from fusetree.backends import cpu
+    from fusetree.ir.ops import OPS
+
+    assert cpu.HEAVY_OPS <= set(OPS)
+    x = ft.asarray(np.ones(8, np.float32))
+    cheap_n = cpu.parallel_min(_spec_of(x * 2 + x))
+    heavy_n = cpu.parallel_min(_spec_of(ft.tanh(ft.exp(x)) * ft.sigmoid(x)))
+    assert heavy_n * 8 < cheap_n, (heavy_n, cheap_n)
+
+
+def _spec_of(a):
+    from fusetree.schedule import planner
+
+    n = a._node
+    tgt = planner.PlanTarget("cpu", "cpu/test", 255, 1, lambda spec: 0)
+    plan = planner.plan([n], [(0, ())], ["C"], n.leaves, n.shape, tgt)
+    return plan.steps[-1].spec

@@ -223,6 +223,23 @@ _F16 = np.dtype(np.float16)
 # costs ~70 µs per parallel region on the 2-core CI machine (measured: a 4096-element a*b+c took
 # 79 µs in a parallel region, 0.6 µs serially), more than such a kernel takes on one core.
 PARALLEL_MIN = 1 << 17
+# Elementwise and horizontal kernels go parallel by estimated work instead: elements x (ops, a
+# transcendental counting 16), at least PARALLEL_WORK. 2-core VM, 65536 elements: the LSTM cell
+# (5 exp-based ops) 380 us serially, 298 in parallel; a*b+a 14 us serially, 81 in parallel (the
+# wake-up dominates until ~500k elements of such a cheap kernel).
+PARALLEL_WORK = 1 << 20
+HEAVY_OPS = frozenset(("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "tanh", "sigmoid", "sin", "cos",
+                       "tan", "arcsin", "arccos", "arctan", "arctan2", "sinh", "cosh", "erf", "power"))  # fmt: skip
+
+
+def parallel_min(spec: Any) -> int:
+    """Elements from which ``spec``'s kernel runs its parallel variant (see PARALLEL_WORK)."""
+    if spec.frame is not None:
+        return PARALLEL_MIN
+    work = sum(16 if o.op in HEAVY_OPS else 1 for o in spec.ops) + len(spec.outs)
+    return max(1 << 12, PARALLEL_WORK // max(1, work))
+
+
 PARALLEL_SUFFIX = "_par"  # a cached kernel module's prange twin (see _cached_module)
 
 
@@ -232,7 +249,19 @@ class CPULauncher:
     ``cached``: the function lives in a module file of the disk cache, so numba keeps its machine
     code beside it (``cache=True``) and a new process loads it instead of compiling."""
 
-    __slots__ = ("cached", "flat", "fn", "name", "par", "parallel", "py", "py_par", "sig", "source")
+    __slots__ = (
+        "cached",
+        "flat",
+        "fn",
+        "min_par",
+        "name",
+        "par",
+        "parallel",
+        "py",
+        "py_par",
+        "sig",
+        "source",
+    )
 
     def __init__(
         self,
@@ -246,6 +275,7 @@ class CPULauncher:
     ) -> None:
         self.py, self.sig, self.cached = py, sig, cached
         self.py_par = py if py_par is None else py_par  # a cached kernel's twin (_cached_module)
+        self.min_par = PARALLEL_MIN  # elements from which the parallel variant runs (compile sets it)
         self.fn = njit(sig, parallel=False, error_model="numpy", nogil=True, cache=cached)(py)
         self.par: Any = None
         self.parallel = parallel  # options(cpu_parallel=...) allowed the parallel variant
@@ -254,7 +284,7 @@ class CPULauncher:
         self.source = ""
 
     def __call__(self, n: int, args: list) -> None:
-        if n >= PARALLEL_MIN and self.parallel:
+        if n >= self.min_par and self.parallel:
             if self.par is None:
                 self.par = njit(self.sig, parallel=True, error_model="numpy", nogil=True, cache=self.cached)(
                     self.py_par
@@ -367,13 +397,16 @@ class CPUBackend(Backend):
                     getattr(mod, spec.name), signature(spec), spec.name, spec.flat, par, True,
                     getattr(mod, spec.name + PARALLEL_SUFFIX),
                 )  # fmt: skip
+                launcher.min_par = parallel_min(spec)
                 hit = bool(launcher.fn.stats.cache_hits)
                 return launcher, {"disk_hit": hit}
             except OSError:  # an unwritable cache directory: compile in memory
                 self.cache_dir = None
         ns = dict(self.ns)
         exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
-        return CPULauncher(ns[spec.name], signature(spec), spec.name, spec.flat, par), {}
+        launcher = CPULauncher(ns[spec.name], signature(spec), spec.name, spec.flat, par)
+        launcher.min_par = parallel_min(spec)
+        return launcher, {}
 
     def _cache_dir(self) -> str | None:
         """Where CPU kernel modules are kept (the disk cache's ``cpu`` folder; None: off, with
