@@ -163,5 +163,17 @@ class Backend:
     def copy(self, dst: Any, src: Any) -> None:
         raise NotImplementedError
 
+    # -- horizontal kernels (engine.horizontal); these defaults are for host memory -----------
+    def raw_base(self, ptr: int, n: int, dtype: np.dtype, owner: Any) -> Any:
+        """A 1-D array of ``n`` elements (in the target's storage dtype) at ``ptr`` spanning several
+        tensors (kept alive by ``owner``); the kernel only touches the tensors' own elements."""
+        st = self.target.storage(dtype)
+        return np.asarray(_Raw(owner, ptr, (n,), (st.itemsize,), st))
+
+    def table_arg(self, table: np.ndarray) -> tuple[Any, Any]:
+        """(the kernel argument of a chunk table, what keeps it alive)."""
+        t = np.ascontiguousarray(table).reshape(-1)
+        return t, t
+
     def gemm(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
         raise NotImplementedError

@@ -272,10 +272,11 @@ class CPULauncher:
         parallel: bool,
         cached: bool = False,
         py_par: Any = None,
+        min_par: int = PARALLEL_MIN,
     ) -> None:
         self.py, self.sig, self.cached = py, sig, cached
         self.py_par = py if py_par is None else py_par  # a cached kernel's twin (_cached_module)
-        self.min_par = PARALLEL_MIN  # elements from which the parallel variant runs (compile sets it)
+        self.min_par = min_par  # elements from which the parallel variant runs (parallel_min)
         self.fn = njit(sig, parallel=False, error_model="numpy", nogil=True, cache=cached)(py)
         self.par: Any = None
         self.parallel = parallel  # options(cpu_parallel=...) allowed the parallel variant
@@ -395,17 +396,17 @@ class CPUBackend(Backend):
                 mod = _cached_module(d, key, spec.name, source)
                 launcher = CPULauncher(
                     getattr(mod, spec.name), signature(spec), spec.name, spec.flat, par, True,
-                    getattr(mod, spec.name + PARALLEL_SUFFIX),
+                    getattr(mod, spec.name + PARALLEL_SUFFIX), parallel_min(spec),
                 )  # fmt: skip
-                launcher.min_par = parallel_min(spec)
                 hit = bool(launcher.fn.stats.cache_hits)
                 return launcher, {"disk_hit": hit}
             except OSError:  # an unwritable cache directory: compile in memory
                 self.cache_dir = None
         ns = dict(self.ns)
         exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
-        launcher = CPULauncher(ns[spec.name], signature(spec), spec.name, spec.flat, par)
-        launcher.min_par = parallel_min(spec)
+        launcher = CPULauncher(
+            ns[spec.name], signature(spec), spec.name, spec.flat, par, min_par=parallel_min(spec)
+        )
         return launcher, {}
 
     def _cache_dir(self) -> str | None:
@@ -511,16 +512,6 @@ class CPUBackend(Backend):
         return store_product(np.matmul(a, b), out, accumulate)
 
     # -- horizontal kernels (engine.horizontal) ------------------------------------------------
-    def raw_base(self, ptr: int, n: int, dtype: np.dtype, owner: Any) -> Any:
-        """A 1-D array of ``n`` elements at ``ptr`` spanning several tensors (kept alive by
-        ``owner``); the kernel only touches the tensors' own elements."""
-        st = storage(dtype)
-        return np.asarray(_Raw(owner, ptr, (n,), (st.itemsize,), st))
-
-    def table_arg(self, table: np.ndarray) -> tuple[Any, Any]:
-        t = np.ascontiguousarray(table).reshape(-1)
-        return t, t
-
     def launch_table(self, launcher: Any, args: list, nrows: int, total: int) -> None:
         launcher(total, args)
 

@@ -18,7 +18,7 @@ from ..codegen.common import Target
 from ..codegen.elementwise import TILE, TILE_ROWS, tiled
 from ..errors import DeviceError
 from . import helpers, vector
-from .base import Backend, _Raw, mapped, pow2_at_least, store_product
+from .base import Backend, mapped, pow2_at_least, store_product
 from .cpu import _flat_view, _frame_outputs, host_view
 
 if "numba.cuda" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
@@ -117,14 +117,8 @@ class SimBackend(Backend):
     def copy(self, dst: Any, src: Any) -> None:
         np.copyto(dst, src, casting="unsafe")
 
-    # -- horizontal kernels (engine.horizontal): one block of 32 threads per table row ----------
-    def raw_base(self, ptr: int, n: int, dtype: np.dtype, owner: Any) -> Any:
-        return np.asarray(_Raw(owner, ptr, (n,), (dtype.itemsize,), dtype))
-
-    def table_arg(self, table: np.ndarray) -> tuple[Any, Any]:
-        t = np.ascontiguousarray(table).reshape(-1)
-        return t, t
-
+    # -- horizontal kernels (engine.horizontal; host bases and tables: Backend's): one block of
+    # 32 threads per table row
     def launch_table(self, launcher: Any, args: list, nrows: int, total: int) -> None:
         # the bases span several tensors' memory: passed as device arrays, not as host arrays
         # (which the simulator copies in and back out, over whatever lies between the tensors)

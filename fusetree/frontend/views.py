@@ -140,12 +140,9 @@ def index_shape(key: Any, shape: tuple[int, ...]) -> tuple[int, ...]:
                 continue
             _check_index(key, shape)
             return _dummy(shape)[key].shape
-    if ellipsis >= 0:  # one Ellipsis among ints and slices: full slices in its place
-        fill = len(shape) - len(items) + 1
-        if fill < 0:
-            raise IndexError(
-                f"too many indices for array: array is {len(shape)}-dimensional, but {len(items) - 1} were indexed"
-            )
+    if ellipsis >= 0:  # one Ellipsis among ints and slices: full slices in its place (none when
+        # there are too many indices: the check below reports them)
+        fill = max(0, len(shape) - len(items) + 1)
         items = items[:ellipsis] + (slice(None),) * fill + items[ellipsis + 1 :]
     if len(items) > len(shape):
         raise IndexError(
