@@ -85,6 +85,34 @@ def test_assigned_live_value_survives():
     np.testing.assert_array_equal(y.numpy(), [3] * 4)
 
 
+def test_temporary_value_is_not_kept():
+    """``x[...] = x * a + b`` writes x only: the temporary is not stored as a second output (a
+    local in ``__setitem__`` once made every temporary look held: 2 outputs, an allocation per
+    store). A held value still gets its own memory."""
+    x = ft.asarray(np.ones(4, np.float32))
+    a = ft.asarray(np.full(4, 2, np.float32))
+
+    def step(x, a):
+        x[...] = x * a + 1
+        return ()
+
+    j = ft.jit(step)
+    j(x, a)
+    (trace,) = j.plans.values()
+    assert [len(op.outputs) for op in trace.ops] == [1]
+    np.testing.assert_array_equal(x.numpy(), [3] * 4)
+
+    def held(x, a):
+        y = x * a + 1
+        x[...] = y
+        return y
+
+    y = ft.jit(held)(x, a)
+    np.testing.assert_array_equal(y.numpy(), [7] * 4)
+    x[...] = 0.0
+    np.testing.assert_array_equal(y.numpy(), [7] * 4)
+
+
 def test_fancy_indexing_is_a_copy_and_bad_indices_raise():
     x = ft.asarray(np.arange(4.0))
     y = x[[0, 1]]  # advanced indexing (a fusion boundary): a copy, as in NumPy

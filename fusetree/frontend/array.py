@@ -352,6 +352,7 @@ class Array:
 
     # -- in-place writes -------------------------------------------------------------------------
     def __setitem__(self, key: Any, value: Any) -> None:
+        refs = sys.getrefcount(value)  # first, as _RefProbe measures it: no local holds it yet
         key = _int_slices(key)
         if TAPE is not None:
             self._traced_store(key, value)
@@ -376,7 +377,7 @@ class Array:
         owner = value if isinstance(value, Array) and value._node.op != "buffer" else None
         # a temporary value (``x[...] = a * b``) need not survive the store; one the caller holds
         # (``y = a * b; x[...] = y``) does (CPython's reference count tells them apart)
-        held = owner is not None and sys.getrefcount(value) > _TEMPORARY_REFS
+        held = owner is not None and refs > _TEMPORARY_REFS
         vnode = as_node(value)
         tshape = tuple(target.shape)
         if vnode.op != "scalar" and vnode.shape != tshape:
