@@ -35,7 +35,8 @@ class Options:
     cuda_unroll: int = 1  # groups (vectors or elements) per thread per grid-stride step, CUDA
     cuda_vector: bool = True  # CUDA elementwise kernels: 16-byte accesses where the arrays allow
     # CUDA kernels reading a transposed input: tile edge (32 or 64; blocks stay 32 x 8 threads,
-    # a 64 tile gives each thread 2 x 8 elements). 64 is for a sweep: not yet measured on a GPU
+    # a 64 tile gives each thread 2 x 8 elements). H200, 8192^2 transposed add, % of copy f32/f16:
+    # 64 -> 57.1/31.2, 32 -> 55.3/31.4 (benchmarks/bandwidth.py): no gain, 32 stays
     cuda_tile: int = 32
     max_cached_kernels: int = 1024  # in-memory kernel cache bound (LRU); a numba CPU kernel holds ~3 MB
     # reductions: threads per row on CUDA (0: chosen from the row length), and rows longer than
@@ -43,10 +44,9 @@ class Options:
     reduce_threads: int = 0
     # CUDA: elements per thread of a row held in registers (a power of two). H200, softmax/layernorm
     # at (4096, 4096), jit: 32 -> 50.7/49.8 us float32, 38.7/35.2 float16; 16 -> 53.9/52.4, 52.3/48.1;
-    # 8 -> 112/105, 112/109 (benchmarks/reductions.py under FUSETREE_REDUCE_HELD). 16 stays the
-    # default until 32 passes test_wide_access_paths_on_gpu: its one GPU run failed on what was
-    # probably float16 var's overflow (the same test failed there at 16 too; fixed since)
-    reduce_held: int = 16
+    # 8 -> 112/105, 112/109 (benchmarks/reductions.py under FUSETREE_REDUCE_HELD). 32 passed the
+    # reduction GPU tests (patterns, two-stage, wide access: aligned and misaligned rows) on the H200
+    reduce_held: int = 32
     reduce_split: int = 0
     # queue whole-array stores of pending values and write them together at the next read or
     # ft.synchronize() (eager and ft.jit traces; off by default); see fusetree.engine.stores
@@ -64,7 +64,7 @@ def _from_env() -> Options:
         cuda_tile=int(os.environ.get("FUSETREE_CUDA_TILE", 32)),
         max_cached_kernels=int(os.environ.get("FUSETREE_MAX_CACHED_KERNELS", 1024)),
         reduce_threads=int(os.environ.get("FUSETREE_REDUCE_THREADS", 0)),
-        reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 16)),
+        reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 32)),
         reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),
         defer_stores=_env_flag("FUSETREE_DEFER_STORES", False),
     )

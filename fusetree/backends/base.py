@@ -105,6 +105,10 @@ class Backend:
     def same_view(self, a: Any, b: Any) -> bool:
         return bool(a.shape == b.shape and a.strides == b.strides and self.ptr(a) == self.ptr(b))
 
+    def stream_ptr(self) -> Any:
+        """The current stream's handle, for launches of prepared parameters (None: no streams)."""
+        return None
+
     def ptr(self, a: Any) -> int:
         """Address of element [0, ..., 0] of array ``a``."""
         return int(a.__array_interface__["data"][0])

@@ -19,7 +19,7 @@ import re
 import struct
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -44,6 +44,17 @@ from .driver import Driver, LoadError, link_cubin  # noqa: E402
 
 _ndarray = cp.ndarray
 _Q = struct.Struct("=Q")
+
+
+class Params(NamedTuple):
+    """A recorded launch's own parameters (see ``CUDABackend.param_buffer``)."""
+
+    buf: Any  # the packed argument bytes
+    array: Any  # one pointer per argument into ``buf`` (cuLaunchKernel's kernelParams)
+    ptr: int  # the address of ``array``
+    call: tuple  # cuLaunchKernel's leading arguments: (function, gx, gy, 1, bx, by, 1, 0)
+
+
 _current_stream = cp.cuda.get_current_stream
 _ENTRY = re.compile(r"\.entry\s+([^\s(]+)")
 
@@ -384,24 +395,37 @@ class CUDABackend(Backend):
         self._launch(k, args, grid, block)
 
     # -- prepared launches (ft.jit replays): a parameter buffer of their own ----------------------
-    def param_buffer(self, k: CUDAKernel, template: list) -> Any:
-        """A parameter buffer and pointer array for one recorded launch, filled with ``template``
-        (its pointers are patched per replay, see engine.replay)."""
+    def param_buffer(self, k: CUDAKernel, template: list, grid: Any = 1, block: Any = 1) -> Params:
+        """A parameter buffer and pointer array for one recorded launch of ``k`` on ``grid`` x
+        ``block``, filled with ``template`` (its pointers are patched per replay, see engine.replay)."""
         buf = ctypes.create_string_buffer(max(8, k.packer.size))
         k.packer.pack_into(buf, 0, *template)
         base = ctypes.addressof(buf)
         n = len(template)
-        params = (ctypes.c_void_p * max(1, n))(*[base + 8 * j for j in range(n)])
-        return (buf, params, ctypes.addressof(params))
+        array = (ctypes.c_void_p * max(1, n))(*[base + 8 * j for j in range(n)])
+        (gx, gy), (bx, by) = launch_dims(grid), launch_dims(block)
+        return Params(buf, array, ctypes.addressof(array), (k.func, gx, gy, 1, bx, by, 1, 0))
 
-    def patch_params(self, params: Any, patches: list, ptrs: list[int], last: list[int] | None) -> None:
-        buf = params[0]
+    def patch_params(self, params: Params, patches: list, ptrs: list[int], last: list[int] | None) -> None:
+        buf = params.buf
         for j, (p, v) in enumerate(zip(patches, ptrs)):
             if last is None or last[j] != v:
                 _Q.pack_into(buf, 8 * p.slot, v)
 
-    def launch_params(self, k: CUDAKernel, params: Any, grid: Any, block: Any) -> None:
-        self._call(k, params[2], grid, block)
+    def stream_ptr(self) -> int:
+        """The current stream's handle (one lookup for a whole replay)."""
+        return _current_stream().ptr
+
+    def launch_params(self, params: Params, stream: int | None = None) -> None:
+        """One ``cuLaunchKernel`` of a prepared launch: every argument was packed before."""
+        if stream is None:
+            stream = _current_stream().ptr
+        res = self.driver.launch_fn(*params.call, stream, params.ptr, None)
+        if res != 0:
+            if res == 201:  # no current context on this thread: make CuPy's current and retry
+                self.driver.lib.cuCtxSetCurrent(self.ctx)
+                res = self.driver.launch_fn(*params.call, stream, params.ptr, None)
+            self.driver.check(res, f"cuLaunchKernel({params.call[0]})")
 
     # -- GEMM --------------------------------------------------------------------------------
     def _blas(self) -> CuBLAS:

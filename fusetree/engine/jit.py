@@ -117,6 +117,7 @@ class Trace:
     prepared: list | None = None  # per op: a replay.Launch (kernels), else None
     fresh: frozenset[int] | None = None  # roots a replay allocates whole and C-contiguous (a result
     # over one of them is wrapped without checking its layout)
+    replayed: Any = None  # the _LastCall of the arguments the last complete ft.jit replay ran on
 
     @property
     def written_inputs(self) -> tuple[int, ...]:
@@ -354,7 +355,11 @@ class JitFunction:
             last = self._last = _LastCall.of(tree, static, leaves, trace)
         if self.graph:
             return self._graph_replay(trace, tuple(leaves), last)
-        return self._replay(trace, tuple(leaves))
+        same = last is not None and trace.replayed is last
+        trace.replayed = None  # (stays None if the replay fails: the next one re-patches everything)
+        out = self._replay(trace, tuple(leaves), same=same)
+        trace.replayed = last
+        return out
 
     def _trace(self, sig: tuple, args: tuple, tree: Any, static: tuple) -> Any:
         arrays = [a for a in args if isinstance(a, Array)]
@@ -464,9 +469,12 @@ class JitFunction:
                 results.append(r if desc is not None else value)
         return pytree.unflatten(trace.out_tree, results)
 
-    def _replay(self, trace: Trace, args: tuple, fixed: list[Any] | None = None, count: bool = True) -> Any:
+    def _replay(self, trace: Trace, args: tuple, fixed: list[Any] | None = None, count: bool = True,
+                same: bool = False) -> Any:  # fmt: skip
         """Re-launch the recorded ops on ``args``' memory. With ``fixed`` (a previous replay's
-        roots), buffers the trace allocates are reused instead: what a graph capture needs."""
+        roots), buffers the trace allocates are reused instead: what a graph capture needs.
+        ``same``: ``args`` are the very arrays of the previous replay, which ran to the end (a
+        launch that reads and writes only arguments is launched without re-patching)."""
         be = backends.get(trace.device)
         roots: list[Any] = [None] * trace.n_roots if fixed is None else list(fixed)
         nodes: list[Any] = [None] * trace.n_roots  # the arguments' buffer nodes (cached addresses)
@@ -480,25 +488,12 @@ class JitFunction:
             roots[i] = c
         _allocate_created(trace, be, roots)
         n_launch = n_kernel = n_gemm = n_copy = 0
-        prepared = trace.prepared
-        if prepared is None:
-            prepared = trace.prepared = [
-                replay.prepare(be, op, isinstance(op, FrameKernel))
-                if isinstance(op, Kernel | FrameKernel)
-                else None
-                for op in trace.ops
-            ]
-            trace.fresh = frozenset(
-                o.root
-                for op in trace.ops
-                if isinstance(op, Kernel | FrameKernel)
-                for o in op.outputs
-                if o.new
-            )
+        prepared = trace.prepared or _prepare(trace, be)
         is_fixed = fixed is not None
         run = replay.run
+        stream = be.stream_ptr()
         for op, launch in zip(trace.ops, prepared):
-            if launch is not None and run(be, launch, roots, nodes, is_fixed):
+            if launch is not None and run(be, launch, roots, nodes, is_fixed, same, stream):
                 n_launch += 1
                 n_kernel += 1
             elif isinstance(op, Kernel):
@@ -624,7 +619,7 @@ class _Graph:
             ptrs = [be.ptr(self.roots[p.root]) + p.offset for p in launch.patches]
             be.patch_params(launch.params, launch.patches, ptrs, launch.last)
             launch.last = ptrs
-            self.exec.set_kernel(node, launch.launcher.func, launch.grid, launch.block, launch.params[2])
+            self.exec.set_kernel(node, launch.launcher.func, launch.grid, launch.block, launch.params.ptr)
         return len(todo)
 
 
@@ -708,7 +703,7 @@ def _build_graph(self: JitFunction, trace: Trace, args: tuple, be: Any) -> _Grap
             ptrs = [be.ptr(roots[p.root]) + p.offset for p in launch.patches]
             be.patch_params(launch.params, launch.patches, ptrs, None)
             launch.last = ptrs
-            node = builder.kernel(launch.launcher.func, launch.grid, launch.block, launch.params[2])
+            node = builder.kernel(launch.launcher.func, launch.grid, launch.block, launch.params.ptr)
             for r in {p.root for p in launch.patches}:
                 if r < n_in and inputs[r] is None:
                     users.setdefault(r, []).append((node, launch))
@@ -758,17 +753,27 @@ def _hkernel_params(be: Any, op: HKernel, roots: list[Any]) -> tuple[int, int, i
     k = op.launcher
     params = be.param_buffer(k, list(last[1][0]))
     last[2:] = [params]  # kept with the trace (the node copied the values)
-    return k.func, max(1, last[1][1]), min(k.block, 1024), params[2]
+    return k.func, max(1, last[1][1]), min(k.block, 1024), params.ptr
 
 
 def _prepare(trace: Trace, be: Any) -> list:
+    """The trace's kernels as replay.Launch records (once per trace), the roots its kernels
+    allocate fresh, and which launches touch only arguments and constants (static)."""
     if trace.prepared is None:
-        trace.prepared = [
+        prepared = [
             replay.prepare(be, op, isinstance(op, FrameKernel))
             if isinstance(op, Kernel | FrameKernel)
             else None
             for op in trace.ops
         ]
+        trace.fresh = frozenset(
+            o.root for op in trace.ops if isinstance(op, Kernel | FrameKernel) for o in op.outputs if o.new
+        )
+        fixed_roots = set(range(trace.n_inputs)) | {i for i, _ in trace.constants}
+        for launch in prepared:
+            if launch is not None:
+                launch.static = not launch.new and all(p.root in fixed_roots for p in launch.patches)
+        trace.prepared = prepared
     return trace.prepared
 
 

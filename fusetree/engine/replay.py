@@ -28,7 +28,7 @@ class Patch(NamedTuple):
 class Launch:
     """One recorded kernel launch, ready to replay (see :func:`prepare`)."""
 
-    __slots__ = ("block", "grid", "last", "launcher", "n", "new", "params", "patches", "template")
+    __slots__ = ("block", "grid", "last", "launcher", "n", "new", "params", "patches", "static", "template")
 
     def __init__(self, launcher: Any, template: list, patches: list[Patch], new: list[tuple], n: int,
                  grid: int, block: int) -> None:  # fmt: skip
@@ -41,6 +41,9 @@ class Launch:
         self.block = block
         self.params: Any = None  # CUDA: the launch's own parameter buffer
         self.last: list | None = None  # CUDA: the pointers last written into it
+        # every pointer it takes is an argument's (or a trace constant's) and it allocates nothing:
+        # a replay on the very arrays of the previous one launches it as it is (set by the jit)
+        self.static = False
 
 
 def _c_strides(shape: tuple, item: int) -> tuple:
@@ -126,24 +129,30 @@ def prepare(be: Any, op: Any, frame: bool) -> Launch | None:
 
 
 def _with_params(be: Any, launch: Launch) -> Launch:
-    launch.params = be.param_buffer(launch.launcher, launch.template)
+    launch.params = be.param_buffer(launch.launcher, launch.template, launch.grid, launch.block)
     return launch
 
 
-def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool) -> bool:
+def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool, same: bool = False,
+        stream: Any = None) -> bool:  # fmt: skip
     """Replay ``launch`` on ``roots`` (allocating the outputs it makes unless ``fixed``); False
-    when a root's memory cannot be addressed this way (replay that launch the generic way)."""
-    for r, shape, dtype in launch.new:
-        if not fixed:
-            roots[r] = be.empty(shape, dtype)
+    when a root's memory cannot be addressed this way (replay that launch the generic way).
+    ``same``: the arguments are the previous replay's (a static launch's parameters hold)."""
     if launch.params is not None:  # CUDA: patch the pointers that changed, launch
-        ptrs = [(nodes[p.root].ptr if nodes[p.root] is not None else be.ptr(roots[p.root])) + p.offset
-                for p in launch.patches]  # fmt: skip
-        if ptrs != launch.last:
-            be.patch_params(launch.params, launch.patches, ptrs, launch.last)
-            launch.last = ptrs
-        be.launch_params(launch.launcher, launch.params, launch.grid, launch.block)
+        if not (same and launch.static):
+            if not fixed:
+                for r, shape, dtype in launch.new:
+                    roots[r] = be.empty(shape, dtype)
+            ptrs = [(nodes[p.root].ptr if nodes[p.root] is not None else be.ptr(roots[p.root])) + p.offset
+                    for p in launch.patches]  # fmt: skip
+            if ptrs != launch.last:
+                be.patch_params(launch.params, launch.patches, ptrs, launch.last)
+                launch.last = ptrs
+        be.launch_params(launch.params, stream)
         return True
+    if not fixed:
+        for r, shape, dtype in launch.new:
+            roots[r] = be.empty(shape, dtype)
     vals = launch.template.copy()
     info: dict[int, tuple] = {}
     for r, _, _ in launch.new:  # fresh C-contiguous outputs: their own 1-D views
