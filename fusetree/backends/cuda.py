@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import os
 import re
 import struct
 import threading
@@ -38,7 +39,7 @@ from ..codegen.elementwise import TILE, TILE_ROWS, tiled, vector_width  # noqa: 
 from ..errors import CompileError, DeviceError, UnsupportedError  # noqa: E402
 from . import helpers, vector  # noqa: E402
 from .base import Backend, launch_dims, mapped, pow2_at_least, store_product  # noqa: E402
-from .cublas import CuBLAS  # noqa: E402
+from .cublas import CuBLAS, CuBLASLt  # noqa: E402
 from .diskcache import disk_cache_dir, read_disk_cache, save_source, write_disk_cache  # noqa: E402
 from .driver import Driver, LoadError, link_cubin  # noqa: E402
 
@@ -202,6 +203,7 @@ class CUDABackend(Backend):
         self._lock = threading.Lock()
         self._handle: CuBLAS | None = None
         self._cublas_stream: int | None = None
+        self._lt: Any = None  # CuBLASLt once made (False: cuBLAS only)
         # host-pointer-mode alpha/beta: 1 and 0 per dtype, kept alive, addresses taken once
         self._consts: list[np.ndarray] = [
             np.ones(1, np.float32),
@@ -493,15 +495,30 @@ class CUDABackend(Backend):
         assert first is not None and second is not None
         blas = self._blas()
         stream = _current_stream().ptr
-        if self._cublas_stream != stream:
-            blas.set_stream(stream)
-            self._cublas_stream = stream
         one, zero = self._gemm_consts[dt]
         ta, lda = first
         tb, ldb = second
+        lt = self._lt if self._lt is not None else self._make_lt()
+        plan = lt.plan(dt, ta, tb, n, m, k, lda, ldb, n) if lt else None
+        if plan is not None:  # cuBLASLt with the algorithm chosen once per problem
+            lt.matmul(plan, one, b2.data.ptr, a2.data.ptr, one if accumulate else zero, out.data.ptr, stream)
+            return out
+        if self._cublas_stream != stream:
+            blas.set_stream(stream)
+            self._cublas_stream = stream
         blas.gemm(dt, ta, tb, n, m, k, one, b2.data.ptr, lda, a2.data.ptr, ldb, one if accumulate else zero,
                   out.data.ptr, n)  # fmt: skip
         return out
+
+    def _make_lt(self) -> Any:
+        """cuBLASLt (False when disabled by FUSETREE_GEMM=cublas or not loadable: cuBLAS serves)."""
+        self._lt = False
+        if os.environ.get("FUSETREE_GEMM", "cublaslt") != "cublas":
+            try:
+                self._lt = CuBLASLt(self._blas())
+            except (DeviceError, OSError, AttributeError):
+                pass
+        return self._lt
 
 
 def _blas_operand(x: Any) -> tuple[int, int] | None:
