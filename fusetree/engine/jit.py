@@ -118,6 +118,7 @@ class Trace:
     fresh: frozenset[int] | None = None  # roots a replay allocates whole and C-contiguous (a result
     # over one of them is wrapped without checking its layout)
     replayed: Any = None  # the _LastCall of the arguments the last complete ft.jit replay ran on
+    whole: list[bool] = field(default_factory=list)  # per result: a kernel's fresh output, entire
 
     @property
     def written_inputs(self) -> tuple[int, ...]:
@@ -305,6 +306,8 @@ class JitFunction:
         self.static_argnames = frozenset(static_argnames)
         self.plans: dict[tuple, Trace] = {}
         self._last: _LastCall | None = None
+        self._last_roots: list[Any] = []  # the last replay's roots and argument buffer nodes
+        self._last_nodes: list[Any] = []
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -476,17 +479,22 @@ class JitFunction:
         ``same``: ``args`` are the very arrays of the previous replay, which ran to the end (a
         launch that reads and writes only arguments is launched without re-patching)."""
         be = backends.get(trace.device)
-        roots: list[Any] = [None] * trace.n_roots if fixed is None else list(fixed)
-        nodes: list[Any] = [None] * trace.n_roots  # the arguments' buffer nodes (cached addresses)
-        k = 0
-        for a in args:
-            if isinstance(a, Array):
-                roots[k] = a._node.data  # type: ignore[attr-defined]
-                nodes[k] = a._node
-                k += 1
-        for i, c in trace.constants:
-            roots[i] = c
-        _allocate_created(trace, be, roots)
+        if same and fixed is None:  # the previous replay's arguments and constants, as they were
+            roots: list[Any] = list(self._last_roots)
+            nodes: list[Any] = self._last_nodes
+        else:
+            roots = [None] * trace.n_roots if fixed is None else list(fixed)
+            nodes = [None] * trace.n_roots  # the arguments' buffer nodes (cached addresses)
+            k = 0
+            for a in args:
+                if isinstance(a, Array):
+                    roots[k] = a._node.data  # type: ignore[attr-defined]
+                    nodes[k] = a._node
+                    k += 1
+            for i, c in trace.constants:
+                roots[i] = c
+        if trace.allocs:
+            _allocate_created(trace, be, roots)
         n_launch = n_kernel = n_gemm = n_copy = 0
         prepared = trace.prepared or _prepare(trace, be)
         is_fixed = fixed is not None
@@ -535,18 +543,14 @@ class JitFunction:
             STATS["copies"] += n_copy
             STATS["replays"] += 1
         self._last_roots = roots
+        self._last_nodes = nodes
         results = []
-        fresh = trace.fresh or ()
-        for d, v in trace.results:
+        device = trace.device
+        for (d, v), whole in zip(trace.results, trace.whole):
             if d is None:
                 results.append(v)
-            elif (
-                d.root in fresh
-                and d.offset == 0
-                and (r := roots[d.root]).shape == d.shape
-                and r.dtype == d.dtype
-            ):
-                results.append(wrap(make_contiguous(r, trace.device, d.shape, d.dtype)))  # a kernel's output
+            elif whole:  # a kernel's fresh output, entire
+                results.append(wrap(make_contiguous(roots[d.root], device, d.shape, d.dtype)))
             else:
                 r = roots[d.root]
                 if d.offset == 0 and r.shape == d.shape and r.strides == d.strides:  # a whole root
@@ -766,13 +770,22 @@ def _prepare(trace: Trace, be: Any) -> list:
             else None
             for op in trace.ops
         ]
-        trace.fresh = frozenset(
-            o.root for op in trace.ops if isinstance(op, Kernel | FrameKernel) for o in op.outputs if o.new
-        )
+        made = {o.root: (o.shape, o.dtype) for op in trace.ops if isinstance(op, Kernel | FrameKernel)
+                for o in op.outputs if o.new}  # fmt: skip
+        trace.fresh = frozenset(made)
+        trace.whole = [d is not None and d.offset == 0 and made.get(d.root) == (d.shape, d.dtype)
+                       for d, _ in trace.results]  # fmt: skip
         fixed_roots = set(range(trace.n_inputs)) | {i for i, _ in trace.constants}
         for launch in prepared:
-            if launch is not None:
-                launch.static = not launch.new and all(p.root in fixed_roots for p in launch.patches)
+            if launch is None:
+                continue
+            launch.static = not launch.new and all(p.root in fixed_roots for p in launch.patches)
+            own = {r: (shape, dtype) for r, shape, dtype in launch.new}
+            if launch.params is None and all(
+                p.root in fixed_roots or (p.root in own and p.kind == "flat" and p.offset == 0)
+                for p in launch.patches
+            ):  # host: its binding holds for a replay on the same arrays but for its outputs
+                launch.fresh = [(p.slot, p.root, *own[p.root]) for p in launch.patches if p.root in own]
         trace.prepared = prepared
     return trace.prepared
 

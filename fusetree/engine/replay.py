@@ -28,7 +28,8 @@ class Patch(NamedTuple):
 class Launch:
     """One recorded kernel launch, ready to replay (see :func:`prepare`)."""
 
-    __slots__ = ("block", "grid", "last", "launcher", "n", "new", "params", "patches", "static", "template")
+    __slots__ = ("block", "fresh", "grid", "last", "launcher", "n", "new", "params", "patches", "static",
+                 "template", "vals")  # fmt: skip
 
     def __init__(self, launcher: Any, template: list, patches: list[Patch], new: list[tuple], n: int,
                  grid: int, block: int) -> None:  # fmt: skip
@@ -44,6 +45,11 @@ class Launch:
         # every pointer it takes is an argument's (or a trace constant's) and it allocates nothing:
         # a replay on the very arrays of the previous one launches it as it is (set by the jit)
         self.static = False
+        # host: every slot but its fresh outputs' is an argument's or a constant's. ``vals`` keeps
+        # the bound argument list of a replay (fresh slots cleared) for the next one on the very
+        # same arrays, which only allocates the outputs: ``fresh`` = [(slot, root, shape, dtype)]
+        self.fresh: list[tuple] | None = None
+        self.vals: list | None = None
 
 
 def _c_strides(shape: tuple, item: int) -> tuple:
@@ -150,6 +156,16 @@ def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool
                 launch.last = ptrs
         be.launch_params(launch.params, stream)
         return True
+    fresh = launch.fresh
+    if same and launch.vals is not None and fresh is not None and not fixed:
+        vals = launch.vals  # the previous replay's binding: only the outputs are new
+        for slot, r, shape, dtype in fresh:
+            o = roots[r] = be.empty(shape, dtype)
+            vals[slot] = be.replay_root_fresh(o)[0]
+        launch.launcher(launch.n, vals)
+        for slot, _, _, _ in fresh:
+            vals[slot] = None  # (the caller owns the result; the list must not keep it alive)
+        return True
     if not fixed:
         for r, shape, dtype in launch.new:
             roots[r] = be.empty(shape, dtype)
@@ -183,4 +199,8 @@ def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool
         else:
             vals[p.slot] = eoff + p.offset // p.item
     launch.launcher(launch.n, vals)
+    if fresh is not None and not fixed:
+        for slot, _, _, _ in fresh:
+            vals[slot] = None
+        launch.vals = vals
     return True
