@@ -51,6 +51,9 @@ class Options:
     # queue whole-array stores of pending values and write them together at the next read or
     # ft.synchronize() (eager and ft.jit traces; off by default); see fusetree.engine.stores
     defer_stores: bool = False
+    # where arrays made from Python objects and the creation functions (zeros, full, arange, ...)
+    # go when no ``device=`` is given (as torch.set_default_device); NumPy/CuPy arrays keep theirs
+    device: str = "cpu"
 
 
 def _from_env() -> Options:
@@ -67,6 +70,7 @@ def _from_env() -> Options:
         reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 32)),
         reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),
         defer_stores=_env_flag("FUSETREE_DEFER_STORES", False),
+        device=os.environ.get("FUSETREE_DEVICE", "") or "cpu",
     )
 
 

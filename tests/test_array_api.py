@@ -140,3 +140,91 @@ def test_sign_of_zero_and_signbit_of_nan():
     got = xp.sign(z).numpy()
     assert got[0] == 0 and not np.signbit(got[0]) and np.isnan(got[2])
     np.testing.assert_array_equal(xp.signbit(z).numpy(), np.signbit(z.numpy()))
+
+
+def test_complex_arrays_are_computed_unfused(rng):
+    """complex64/complex128 arrays: every op is the backend's (NumPy's here), checked against
+    NumPy on fresh inputs: operators with complex, real and Python operands, functions, reductions,
+    casts, stores, views and products; no fusetree kernel runs for them."""
+    for cdt in (np.complex64, np.complex128):
+        z = (rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))).astype(cdt)
+        w = (rng.standard_normal((3, 4)) + 1j * rng.standard_normal((3, 4))).astype(cdt)
+        r = rng.standard_normal((3, 4)).astype(np.float32)
+        fz, fw, fr = xp.asarray(z), xp.asarray(w), xp.asarray(r)
+        tol = 1e-5 if cdt == np.complex64 else 1e-12
+
+        def check(got, want):
+            got = got.numpy()
+            assert got.dtype == np.asarray(want).dtype, (got.dtype, np.asarray(want).dtype)
+            np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+        xp.reset_stats()
+        check(fz + fw, z + w)
+        check(fz * fr, z * r)
+        check(fz / fw, z / w)
+        check(fz - 2.5, z - 2.5)
+        check(fz * 1j, z * 1j)
+        check(2 * fz, 2 * z)
+        check(fz**2, z**2)
+        check(-fz, -z)
+        for f, g in ((xp.exp, np.exp), (xp.log, np.log), (xp.sqrt, np.sqrt), (xp.sin, np.sin),
+                     (xp.tanh, np.tanh), (xp.expm1, np.expm1), (xp.log1p, np.log1p), (xp.abs, np.abs),
+                     (xp.square, np.square), (xp.acos, np.arccos), (xp.asinh, np.arcsinh)):  # fmt: skip
+            check(f(fz), g(z))
+        check(xp.real(fz), z.real)
+        check(xp.imag(fz), z.imag)
+        check(xp.conj(fz), np.conj(z))
+        check(fz == fw, z == w)
+        check(xp.isfinite(fz), np.isfinite(z))
+        check(xp.sum(fz, axis=1), z.sum(axis=1))
+        check(xp.prod(fz, axis=0, keepdims=True), z.prod(axis=0, keepdims=True))
+        check(xp.mean(fz), z.mean())
+        check(fr.astype(cdt), r.astype(cdt))
+        check(xp.where(fr > 0, fz, fw), np.where(r > 0, z, w))
+        check(fz.T, z.T)
+        check(fz[1:, ::2], z[1:, ::2])
+        check(fz @ fw.T, z @ w.T)
+        assert xp.stats()["kernels"] == 1  # the one real kernel: fr > 0
+        out = xp.asarray(np.full((3, 4), np.nan, cdt))
+        out[...] = fz * 2
+        out[0] = fr[0] + 1  # a real pending value into a complex target
+        want = z * 2
+        want[0] = r[0] + 1
+        check(out, want)
+        assert complex(xp.asarray(np.array(1 + 2j, cdt))) == 1 + 2j
+
+
+def test_complex_expm1_is_precise_near_zero_and_keeps_the_special_cases():
+    z = np.array([1e-10 + 1e-10j, -3e-9 + 2e-12j, 0.5 - 0.3j], np.complex128)
+    want = z + z * z / 2 + z**3 / 6 + z**4 / 24  # the series (|z| small, or checked loosely below)
+    got = xp.expm1(xp.asarray(z)).numpy()
+    np.testing.assert_allclose(got[:2], want[:2], rtol=1e-12)
+    np.testing.assert_allclose(got[2], np.exp(z[2]) - 1, rtol=1e-12)
+    inf, nan = np.inf, np.nan
+    special = np.array([complex(inf, 0), complex(-inf, inf), complex(nan, 0), complex(-inf, nan)])
+    got = xp.expm1(xp.asarray(special)).numpy()
+    for g, w in zip(got, [complex(inf, 0), complex(-1, 0), complex(nan, 0), complex(-1, 0)]):
+        assert (g.real == w.real or (np.isnan(g.real) and np.isnan(w.real))) and g.imag == w.imag, (g, w)
+
+
+def test_complex_errors_name_the_problem():
+    z = xp.asarray(np.ones(2, np.complex64))
+    with pytest.raises(xp.DTypeError, match="floor.*complex64"):
+        xp.floor(z)
+    with pytest.raises(xp.DTypeError, match="complex"):
+        xp.var(z)
+    with pytest.raises(xp.UnsupportedError, match="complex.*ft.jit"):
+        xp.jit(lambda a: a * 2)(z)
+
+
+def test_default_device_option():
+    """``ft.options(device=...)`` / FUSETREE_DEVICE: where Python objects and the creation functions
+    go; NumPy arrays keep their device (wrapped, not copied)."""
+    with xp.options(device="cuda-sim"):
+        made = [xp.asarray([1, 2]), xp.zeros(3), xp.full((2,), 1.5), xp.arange(3), xp.linspace(0, 1, 3),
+                xp.eye(2), xp.asarray(3.0, dtype=xp.float32)]  # fmt: skip
+        assert {a.device for a in made} == {"cuda-sim"}
+        assert xp.__array_namespace_info__().default_device() == "cuda-sim"
+        assert xp.asarray(np.ones(2)).device == "cpu"
+    np.testing.assert_array_equal(made[3].numpy(), [0, 1, 2])
+    assert xp.asarray([1]).device == "cpu" and xp.zeros(1).device == "cpu"

@@ -28,7 +28,13 @@ CASES = [
     ("fancy index out of bounds", lambda: A(2, 3)[[0, 5]], IndexError, "out of bounds"),
     ("bool mask of another shape", lambda: A(2, 3)[np.ones((3, 3), bool)], IndexError, "boolean index"),
     ("float index", lambda: A(2, 3)[1.5], ft.UnsupportedError, "invalid index"),
-    ("complex dtype", lambda: ft.asarray(np.ones(2, np.complex64)), ft.DTypeError, "complex64"),
+    (
+        "complex floor",
+        lambda: ft.floor(ft.asarray(np.ones(2, np.complex64))),
+        ft.DTypeError,
+        "floor.*complex64",
+    ),
+    ("complex var", lambda: ft.var(ft.asarray(np.ones(2, np.complex64))), ft.DTypeError, "complex"),
     ("object dtype", lambda: ft.asarray(np.array([object()])), ft.DTypeError, "object"),
     ("string dtype", lambda: ft.asarray(np.array(["a", "b"])), ft.DTypeError, "<U1"),
     (
@@ -37,7 +43,7 @@ CASES = [
         ft.DTypeError,
         "datetime64",
     ),
-    ("bad astype", lambda: A(2).astype(np.complex128), ft.DTypeError, "complex128"),
+    ("bad astype", lambda: A(2).astype(np.str_), ft.DTypeError, "<U"),
     ("not a dtype", lambda: A(2).astype("nonsense"), ft.DTypeError, "nonsense"),
     ("string object", lambda: ft.asarray("hello"), ft.UnsupportedError, "str"),
     ("None", lambda: ft.asarray(None), ft.UnsupportedError, "NoneType"),

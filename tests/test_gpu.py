@@ -109,6 +109,24 @@ def test_gemm_layouts_on_gpu(api, rng):
         be._lt = saved
 
 
+def test_complex_unfused_and_default_device_on_gpu(rng):
+    """Complex arrays on CUDA run CuPy's functions (no host round trip: results stay CuPy-backed);
+    ``ft.options(device="cuda")`` puts Python objects and creation functions on the GPU."""
+    import cupy as cp
+
+    z = (rng.standard_normal(50) + 1j * rng.standard_normal(50)).astype(np.complex64)
+    r = rng.standard_normal(50).astype(np.float32)
+    fz, fr = ft.asarray(cp.asarray(z)), ft.asarray(cp.asarray(r))
+    y = ft.exp(fz * fr + 1j) / (fz + 2)
+    assert y.device == "cuda" and isinstance(y.data, cp.ndarray) and y.dtype == np.complex64
+    np.testing.assert_allclose(y.numpy(), np.exp(z * r + 1j) / (z + 2), rtol=1e-5)
+    np.testing.assert_allclose(ft.sum(ft.abs(fz)).numpy(), np.abs(z).sum(), rtol=1e-5)
+    with ft.options(device="cuda"):
+        made = [ft.asarray([1.0, 2.0]), ft.zeros(3), ft.arange(4), ft.asarray([1j])]
+    assert all(a.device == "cuda" and isinstance(a.data, cp.ndarray) for a in made)
+    np.testing.assert_array_equal((made[2] * 2).numpy(), [0, 2, 4, 6])
+
+
 def test_lstm_step_gpu_two_gemms_one_kernel(rng):
     import cupy as cp
 

@@ -24,6 +24,7 @@ from ..ir import dtypes
 from ..ir import node as _nm
 from ..ir.node import EXPAND, REDUCE, Buffer, Node, make_buffer, make_matmul, make_op, make_scalar
 from ..ir.ops import BINARY_OPERATORS, INPLACE_OPERATORS, OPS, RULES1, RULES2, UNARY_OPERATORS, rule
+from . import unfused
 from .views import index_shape, resolve_shape, view_index, view_key, view_of
 
 _ref = weakref.ref
@@ -31,7 +32,7 @@ _PENDING = engine.PENDING
 _drop = engine.drop
 _new = object.__new__
 _COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
-_WEAK = (builtins.float, builtins.int, builtins.bool)
+_WEAK = (builtins.float, builtins.int, builtins.bool, builtins.complex)
 
 
 class Tape(list):
@@ -179,7 +180,7 @@ class Array:
         return bool(self.numpy())
 
     def __complex__(self) -> complex:
-        return complex(float(self))
+        return complex(self.numpy())
 
     def __index__(self) -> int:
         return self.numpy().__index__()
@@ -357,7 +358,8 @@ class Array:
         if TAPE is not None:
             self._traced_store(key, value)
             return
-        if _advanced(key):  # integer-array or boolean-mask stores: written by the backend
+        if _advanced(key) or self.dtype.kind == "c" or _complex_value(value):
+            # integer-array or boolean-mask stores, and complex ones (frontend.unfused): the backend's
             engine.realize((self,))
             be = backends.get(self.device)
             data = self._node.data  # type: ignore[attr-defined]
@@ -603,6 +605,10 @@ def _advanced(key: Any) -> bool:
     return False
 
 
+def _complex_value(v: Any) -> bool:
+    return isinstance(v, complex) or (isinstance(v, Array | np.ndarray | np.generic) and v.dtype.kind == "c")
+
+
 def _backend_key(key: Any, be: Any) -> Any:
     def conv(k: Any) -> Any:
         if isinstance(k, Array):
@@ -729,7 +735,7 @@ Array.__pos__ = lambda self: self  # type: ignore[attr-defined,operator]
 
 
 def _is_operand(x: Any) -> bool:
-    return isinstance(x, Array | np.ndarray | np.generic | builtins.bool | int | float) or (
+    return isinstance(x, Array | np.ndarray | np.generic | builtins.bool | int | float | complex) or (
         backends.device_of(x) is not None
     )
 
@@ -817,11 +823,43 @@ def broadcast_shape(name: str, shapes: list[tuple[int, ...]], raise_: bool = Tru
 
 def _build(name: str, nodes: tuple[Node, ...], attrs: tuple = ()) -> Array:
     """The hot path of every operator: device and shape checks, the memoized dtype rule, the node."""
+    if unfused.involves_complex(nodes, attrs):
+        return _unfused(name, nodes, attrs)
     if TAPE is not None:
         out = _build_array(name, nodes, attrs)
         record(name, nodes, attrs, out._node)
         return out
     return _build_array(name, nodes, attrs)
+
+
+def _unfused(name: str, nodes: tuple[Node, ...], attrs: tuple = ()) -> Array:
+    """Op ``name`` run by the backend on realized operands (complex values: frontend.unfused)."""
+    if engine.HOOK.recorder is not None:
+        raise UnsupportedError(
+            f"{name} of a complex value inside an ft.jit function: complex ops run in the backend, "
+            "outside the recorded kernels; call it outside ft.jit"
+        )
+    device = ""
+    for n in nodes:
+        if n.op != "scalar" and n.device:
+            if device and n.device != device:
+                raise DeviceError(f"{name}: operands are on different devices ({device!r} and {n.device!r})")
+            device = n.device
+    device = device or "cpu"
+    values: list[Any] = []
+    for n in nodes:
+        if n.op == "scalar":
+            values.append(n.value if n.weak is not None else n.dtype.type(n.value))  # type: ignore[attr-defined]
+        elif n.op == "buffer":
+            values.append(n.data)  # type: ignore[attr-defined]
+        else:
+            a = wrap(n)
+            engine.realize((a,))
+            values.append(a._node.data)  # type: ignore[attr-defined]
+    out = wrap(make_buffer(unfused.compute(backends.get(device), name, values, attrs), device))
+    if TAPE is not None:  # no gradient rule: an error if a gradient must pass through it
+        record("boundary", tuple(n for n in nodes if n.op != "scalar"), (name,), out._node)
+    return out
 
 
 def _build_array(name: str, nodes: tuple[Node, ...], attrs: tuple = ()) -> Array:

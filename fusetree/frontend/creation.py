@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import backends
+from .. import backends, config
 from ..engine.state import HOOK
 from ..errors import ShapeError
 from ..ir import dtypes
@@ -27,6 +27,8 @@ def asarray(a: Any, dtype: Any = None, device: str | None = None) -> Array:
     if isinstance(a, Array):
         arr = a
     else:
+        if device is None and backends.device_of(a) is None:  # a Python object: the default device
+            device = config.current.device
         leaf = from_foreign(a)
         if leaf.device == "cpu" and device == "cuda-sim":
             leaf = make_buffer(leaf.data, "cuda-sim")
@@ -44,7 +46,7 @@ def _creation(shape: Any, dtype: Any, device: str | None, fill: Any) -> Array:
     if any(s < 0 for s in shape):
         raise ShapeError(f"negative dimensions are not allowed: {shape}")
     dt = dtypes.check(np.float64 if dtype is None else dtype, "array creation")
-    be = backends.get(device or "cpu")
+    be = backends.get(device or config.current.device)
     data = be.empty(shape, dt)
     rec = HOOK.recorder
     if rec is not None:  # inside ft.jit: fresh memory per call, the fill a recorded copy

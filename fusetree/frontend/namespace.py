@@ -4,7 +4,8 @@ Elementwise functions, operators and reductions are fusetree's own (lazy, fused)
 are not elementwise (``sort``, ``concat``, ``unique_values``, ``nonzero``, ``take``...) are *fusion
 boundaries*: their array arguments are realized and the backend's own implementation runs (NumPy
 on the CPU, CuPy on CUDA: no host round trip), its results wrapped as fusetree arrays without a
-copy. Complex dtypes are not supported (fusetree's kernels are real-valued).
+copy. Complex dtypes are held as memory and computed unfused (fusetree's kernels are real-valued):
+each op on a complex array is the backend's own function (see :mod:`fusetree.frontend.unfused`).
 
 >>> import numpy as np, fusetree as xp
 >>> x = xp.asarray([3.0, 1.0, 2.0], dtype=xp.float32)
@@ -21,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import backends
+from .. import backends, config
 from ..engine.state import HOOK
 from ..errors import DeviceError, ShapeError, UnsupportedError
 from ..ir import dtypes
@@ -33,8 +34,7 @@ from .creation import empty as _empty
 
 __array_api_version__ = "2023.12"
 
-# dtypes: NumPy's dtype objects (``x.dtype == xp.float32``). The complex names exist so that code
-# (and the standard's test suite) can name them; arrays of them raise DTypeError.
+# dtypes: NumPy's dtype objects (``x.dtype == xp.float32``); complex arrays are computed unfused
 DTYPES = {d.name: d for d in dtypes.SUPPORTED} | {n: np.dtype(n) for n in ("complex64", "complex128")}
 e, pi, inf, nan, newaxis = np.e, np.pi, np.inf, np.nan, None
 iinfo = np.iinfo
@@ -92,7 +92,7 @@ def asarray(obj: Any, /, dtype: Any = None, device: str | None = None, copy: boo
         data = np.asarray(obj, dtype=dtype)
         if data.dtype == np.float64 and dtype is None and _all_ints(obj):
             data = data.astype(np.int64)
-        return _asarray(data, device=device)
+        return _asarray(data, device=device or config.current.device)
     needs = (dtype is not None and np.dtype(dtype) != src.dtype) or (
         device is not None and device != src.device
     )
@@ -277,8 +277,9 @@ BOUNDARIES = {
 
 def _creation(np_name: str) -> Callable[..., Any]:
     def f(*args: Any, device: str | None = None, **kwargs: Any) -> Array:
-        xp = backends.get(device or "cpu").xp
-        return _asarray(getattr(xp, np_name)(*[_data(a) for a in args], **kwargs))
+        device = device or config.current.device
+        xp = backends.get(device).xp
+        return _asarray(getattr(xp, np_name)(*[_data(a) for a in args], **kwargs), device=device)
 
     f.__name__ = np_name
     f.__doc__ = f"``{np_name}`` (Array API) on ``device`` (default cpu)."
@@ -333,19 +334,21 @@ fft = _Submodule("fft", (
 
 
 def conj(x: Any, /) -> Array:
-    """The complex conjugate: ``x`` itself for fusetree's real dtypes (a new value)."""
-    return positive(x)
+    """The complex conjugate (the backend's, unfused, for complex ``x``; a new value of a real one)."""
+    a = _asarray(x)
+    return BOUNDARIES["_conj"](a) if a.dtype.kind == "c" else positive(a)
 
 
 def real(x: Any, /) -> Array:
-    """The real part: ``x`` itself for fusetree's real dtypes (a new value)."""
-    return positive(x)
+    """The real part (the backend's, unfused, for complex ``x``; a new value of a real one)."""
+    a = _asarray(x)
+    return BOUNDARIES["_real"](a) if a.dtype.kind == "c" else positive(a)
 
 
 def imag(x: Any, /) -> Array:
-    """The imaginary part: zeros for fusetree's real dtypes."""
+    """The imaginary part (the backend's, unfused, for complex ``x``; zeros for a real one)."""
     a = _asarray(x)
-    return a * 0
+    return BOUNDARIES["_imag"](a) if a.dtype.kind == "c" else a * 0
 
 
 def sort(x: Any, /, *, axis: int = -1, descending: bool = False, stable: bool = True) -> Array:
@@ -415,6 +418,9 @@ def hypot(x1: Any, x2: Any, /) -> Array:
 
 
 BOUNDARIES["_hypot"] = boundary("hypot", "hypot")
+BOUNDARIES["_conj"] = boundary("conj", "conj")
+BOUNDARIES["_real"] = boundary("real", "real")
+BOUNDARIES["_imag"] = boundary("imag", "imag")
 BOUNDARIES["_signbit"] = boundary("signbit", "signbit")
 BOUNDARIES["_copysign"] = boundary("copysign", "copysign")
 BOUNDARIES["logaddexp"] = boundary("logaddexp")
@@ -438,7 +444,7 @@ class _Info:
         return {"boolean indexing": False, "data-dependent shapes": True}
 
     def default_device(self) -> str:
-        return "cpu"
+        return config.current.device
 
     def devices(self) -> list[str]:
         return ["cpu"] + [d for d in ("cuda",) if _has(d)]
@@ -448,7 +454,7 @@ class _Info:
                 "integral": np.dtype(np.int64), "indexing": np.dtype(np.int64)}  # fmt: skip
 
     def dtypes(self, *, device: str | None = None, kind: Any = None) -> dict[str, Any]:
-        names = [n for n, d in DTYPES.items() if d.kind != "c" and n != "float16"]
+        names = [n for n in DTYPES if n != "float16"]
         if kind is not None:
             names = [n for n in names if np.isdtype(DTYPES[n], kind)]
         return {n: DTYPES[n] for n in names}

@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import config, engine
-from ..errors import ShapeError, UnsupportedError
+from .. import backends, config, engine
+from ..errors import DTypeError, ShapeError, UnsupportedError
 from ..ir import node as _nm
-from ..ir.node import Node, make_op
+from ..ir.node import Node, make_buffer, make_op
 from ..ir.ops import REDUCTIONS, reduce_dtypes
 from . import array as _arr
-from . import creation
+from . import creation, unfused
 from .array import Array, wrap
 from .creation import asarray
 from .functions import FUNCTIONS as _FNS
@@ -74,6 +74,9 @@ def reduce(kind: str, x: Any, axis: Any = None, keepdims: bool = False, dtype: A
     if index and isinstance(axis, tuple | list):
         raise UnsupportedError(f"{kind}: axis must be None or an int, got {axis!r}")
     axes = normalize_axes(axis, a.ndim, kind)
+    if a.dtype.kind == "c":  # complex: the backend's reduction, unfused (frontend.unfused)
+        out = unfused.reduce(backends.get(a.device), kind, a.data, axes, builtins.bool(keepdims))
+        return wrap(make_buffer(out, a.device))
     full = a.shape
     keep, squeezed = row_shapes(full, axes)
     shape = keep if keepdims else squeezed
@@ -193,7 +196,7 @@ def mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False) ->
     s = sum(a, axis, sum_dt, keepdims)
     m = s / n if n else s * np.nan
     out_dt = (
-        np.dtype(dtype) if dtype is not None else (a.dtype if a.dtype.kind == "f" else np.dtype(np.float64))
+        np.dtype(dtype) if dtype is not None else (a.dtype if a.dtype.kind in "fc" else np.dtype(np.float64))
     )
     return m.astype(out_dt)
 
@@ -210,6 +213,10 @@ def var(x: Any, axis: Any = None, dtype: Any = None, ddof: float = 0, keepdims: 
     1.6666666666666667
     """
     a = asarray(x)
+    if a.dtype.kind == "c":
+        raise DTypeError(
+            "var/std: complex arrays are not supported (the Array API defines them for real values)"
+        )
     n = _count(a, axis, "var")
     dt = dtype
     if dt is None and a.dtype.kind in "biu":

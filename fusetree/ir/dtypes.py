@@ -21,13 +21,17 @@ SUPPORTED = tuple(
     )
 )  # fmt: skip
 _SUPPORTED_SET = frozenset(SUPPORTED)
+# complex dtypes are held and computed *unfused*: arrays of them are memory only, and every op on
+# them runs the backend's own function (frontend.unfused); they never reach a kernel
+COMPLEX = (np.dtype(np.complex64), np.dtype(np.complex128))
+_STORAGE_SET = _SUPPORTED_SET | frozenset(COMPLEX)
 
 # A weak Python scalar is described by its Python type, a strong operand by its dtype.
 Desc = Union[np.dtype, type]
 WEAK_TYPES = (bool, int, float)
 
 # Short, stable names used in kernel keys, generated identifiers and helper names.
-SHORT = {d: d.str.lstrip("<>|=").replace("b1", "b1") for d in SUPPORTED}
+SHORT = {d: d.str.lstrip("<>|=").replace("b1", "b1") for d in SUPPORTED + COMPLEX}
 # numpy-style constructor names available in the generated-code namespace
 CTOR = {d: ("bool_" if d.kind == "b" else d.name) for d in SUPPORTED}
 
@@ -38,8 +42,8 @@ def check(dtype: object, what: str = "array") -> np.dtype:
         dt = np.dtype(dtype)  # type: ignore[call-overload]
     except TypeError as e:
         raise DTypeError(f"{what}: {dtype!r} is not a dtype") from e
-    if dt not in _SUPPORTED_SET:
-        names = ", ".join(d.name for d in SUPPORTED)
+    if dt not in _STORAGE_SET:
+        names = ", ".join(d.name for d in SUPPORTED + COMPLEX)
         raise DTypeError(f"{what}: dtype {dt} is not supported by fusetree (supported: {names})")
     return dt
 
@@ -51,7 +55,7 @@ def register(dt: np.dtype) -> np.dtype:
 
 def weak_default(t: type) -> np.dtype:
     """The dtype a weak Python scalar has on its own (bool, int64, float64)."""
-    return np.dtype({bool: np.bool_, int: np.int64, float: np.float64}[t])
+    return np.dtype({bool: np.bool_, int: np.int64, float: np.float64, complex: np.complex128}[t])
 
 
 def sample(desc: Desc) -> object:

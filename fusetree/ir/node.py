@@ -234,7 +234,7 @@ def make_contiguous(data: Any, device: str, shape: tuple[int, ...], dt: np.dtype
     return n
 
 
-_WEAK_DT = {t: dtypes.weak_default(t) for t in (bool, int, float)}
+_WEAK_DT = {t: dtypes.weak_default(t) for t in (bool, int, float, complex)}
 _SCALAR_KEYS: dict = {}
 
 
@@ -252,6 +252,8 @@ def make_scalar(value: Any) -> Scalar:
             )
     elif t is bool:
         weak, dt = bool, _WEAK_DT[bool]
+    elif t is complex:  # (only complex arrays' unfused ops take one: frontend.unfused)
+        weak, dt = complex, _WEAK_DT[complex]
     elif isinstance(value, np.generic):
         weak, dt = None, dtypes.check(value.dtype, "scalar")
         value = value.item() if dt.kind != "f" else float(value)
