@@ -228,3 +228,25 @@ def test_default_device_option():
         assert xp.asarray(np.ones(2)).device == "cpu"
     np.testing.assert_array_equal(made[3].numpy(), [0, 1, 2])
     assert xp.asarray([1]).device == "cpu" and xp.zeros(1).device == "cpu"
+
+
+def test_vecdot_and_unstack_are_fusetree_functions(rng):
+    """Written in fusetree (the backends need not have them: CuPy has neither): vecdot is one fused
+    reduction kernel for real operands, unstack lazy views; against NumPy, broadcast operands."""
+    a = rng.standard_normal((4, 1, 5))
+    b = rng.standard_normal((3, 5))
+    xp.reset_stats()
+    got = xp.vecdot(xp.asarray(a), xp.asarray(b))
+    np.testing.assert_allclose(got.numpy(), np.vecdot(a, b), rtol=1e-12)
+    assert xp.stats()["kernels"] == 1
+    c = a[:, 0]
+    np.testing.assert_allclose(
+        xp.vecdot(xp.asarray(c), xp.asarray(c), axis=0).numpy(), np.vecdot(c, c, axis=0)
+    )
+    u = np.arange(6, dtype=np.uint8).reshape(2, 3)
+    assert xp.vecdot(xp.asarray(u), xp.asarray(u)).dtype == np.uint8  # the operands' type, not sum's
+    with pytest.raises(xp.ShapeError, match="vecdot"):
+        xp.vecdot(xp.asarray(a), xp.asarray(b[:, :4]))
+    for axis in (0, 1, -1):
+        for got, want in zip(xp.unstack(xp.asarray(a), axis=axis), np.unstack(a, axis=axis), strict=True):
+            np.testing.assert_array_equal(got.numpy(), want)

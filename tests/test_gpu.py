@@ -123,6 +123,12 @@ def test_complex_unfused_and_default_device_on_gpu(rng):
     np.testing.assert_allclose(ft.sum(ft.abs(fz)).numpy(), np.abs(z).sum(), rtol=1e-5)
     with ft.options(device="cuda"):
         made = [ft.asarray([1.0, 2.0]), ft.zeros(3), ft.arange(4), ft.asarray([1j])]
+        negz = [ft.asarray(-0.0), ft.full((3,), -0.0), ft.asarray(np.array([-0.0, 1.0]), device="cuda")]
+        w = ft.zeros(2)
+        w[0] = -0.0
+        negz.append(w[:1])
+    for a in negz:  # CuPy fills zeros with memset (+0.0): fusetree copies -0.0 bit for bit
+        assert a.device == "cuda" and np.signbit(a.numpy().reshape(-1)[0]), a
     assert all(a.device == "cuda" and isinstance(a.data, cp.ndarray) for a in made)
     np.testing.assert_array_equal((made[2] * 2).numpy(), [0, 2, 4, 6])
 

@@ -222,6 +222,10 @@ class CUDABackend(Backend):
 
     # -- arrays --------------------------------------------------------------------------------
     def asarray(self, obj: Any) -> Any:
+        if isinstance(obj, np.ndarray) and obj.size:  # host memory: copied bit for bit (cupy.asarray
+            out = _ndarray(obj.shape, obj.dtype)  # fills a 0-d array by value, and fills a zero
+            out.set(np.ascontiguousarray(obj))  # with memset: -0.0 became +0.0)
+            return out
         return cp.asarray(obj)
 
     def to_numpy(self, data: Any) -> np.ndarray:
@@ -238,6 +242,8 @@ class CUDABackend(Backend):
         ):  # fmt: skip
             cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, dst.nbytes, 3, _current_stream().ptr)
             return
+        if not isinstance(src, _ndarray) and np.ndim(src) == 0 and src == 0 and np.signbit(src):
+            src = self.asarray(np.asarray(src, dst.dtype))  # CuPy fills a zero with memset: +0.0
         dst[...] = src
 
     def ptr(self, a: Any) -> int:

@@ -54,7 +54,7 @@ def _creation(shape: Any, dtype: Any, device: str | None, fill: Any) -> Array:
         if fill is not None:
             rec.copy(be, data, fill)
     if fill is not None:
-        data[...] = fill
+        be.copy(data, fill)
     return wrap(make_buffer(data, be.device))
 
 

@@ -31,6 +31,7 @@ from . import array as _arr
 from .array import Array, elementwise, wrap
 from .creation import asarray as _asarray
 from .creation import empty as _empty
+from .reductions import sum as _sum
 
 __array_api_version__ = "2023.12"
 
@@ -258,10 +259,47 @@ def stack(arrays: Any, /, *, axis: int = 0) -> Array:
     return concat([a.reshape(s[:ax] + (1,) + s[ax:]) for a in arrs], axis=ax)
 
 
+def unstack(x: Any, /, *, axis: int = 0) -> tuple[Array, ...]:
+    """The slices of ``x`` along ``axis``, as a tuple of views (lazy, any device).
+
+    >>> import numpy as np, fusetree as ft
+    >>> [a.numpy().tolist() for a in ft.unstack(ft.asarray(np.arange(4).reshape(2, 2)), axis=1)]
+    [[0, 2], [1, 3]]
+    """
+    a = _asarray(x)
+    if a.ndim == 0:
+        raise ShapeError("unstack: the array must have at least one dimension")
+    ax = axis + a.ndim if axis < 0 else axis
+    if not 0 <= ax < a.ndim:
+        raise ShapeError(f"unstack: axis {axis} is out of bounds for a {a.ndim}-d array")
+    return tuple(a[(slice(None),) * ax + (i,)] for i in range(a.shape[ax]))
+
+
+def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Array:
+    """``sum(conj(x1) * x2, axis)`` of the broadcast operands: a fused reduction (one kernel for
+    real operands).
+
+    >>> import numpy as np, fusetree as ft
+    >>> ft.vecdot(ft.asarray(np.ones((2, 3))), ft.asarray(np.arange(3.0))).numpy().tolist()
+    [3.0, 3.0]
+    """
+    a, b = _asarray(x1), _asarray(x2)
+    n = builtins.max(a.ndim, b.ndim)
+    if not -n <= axis < n:
+        raise ShapeError(
+            f"vecdot: axis {axis} is out of bounds for operands of shapes {a.shape} and {b.shape}"
+        )
+    ax = axis - n if axis >= 0 else axis  # counted from the end, as the shapes broadcast
+    if -ax > a.ndim or -ax > b.ndim or a.shape[ax] != b.shape[ax]:
+        raise ShapeError(f"vecdot: shapes {a.shape} and {b.shape} differ along axis {axis}")
+    p = conj(a) * b
+    return _sum(p, axis=ax, dtype=p.dtype)  # (the product's type: sum alone widens small integers)
+
+
 BOUNDARIES = {
     name: boundary(np_name, name)
     for name, np_name in {
-        "unstack": "unstack", "expand_dims": "expand_dims",
+        "expand_dims": "expand_dims",
         "squeeze": "squeeze", "flip": "flip", "roll": "roll", "permute_dims": "permute_dims",
         "moveaxis": "moveaxis", "broadcast_to": "broadcast_to",
         "repeat": "repeat", "tile": "tile", "take": "take", "take_along_axis": "take_along_axis",
@@ -269,7 +307,7 @@ BOUNDARIES = {
         "unique_all": "unique_all", "unique_counts": "unique_counts", "unique_inverse": "unique_inverse",
         "unique_values": "unique_values", "cumulative_sum": "cumulative_sum",
         "cumulative_prod": "cumulative_prod", "count_nonzero": "count_nonzero", "diff": "diff",
-        "tensordot": "tensordot", "vecdot": "vecdot", "matrix_transpose": "matrix_transpose",
+        "tensordot": "tensordot", "matrix_transpose": "matrix_transpose",
         "tril": "tril", "triu": "triu", "from_dlpack": "from_dlpack",
     }.items()
 }  # fmt: skip
@@ -289,6 +327,8 @@ def _creation(np_name: str) -> Callable[..., Any]:
 for _n in ("arange", "linspace", "eye"):
     BOUNDARIES[_n] = _creation(_n)
 BOUNDARIES["concat"] = BOUNDARIES["concatenate"] = concat
+BOUNDARIES["unstack"] = unstack
+BOUNDARIES["vecdot"] = vecdot
 BOUNDARIES["stack"] = stack
 BOUNDARIES["meshgrid"] = boundary("meshgrid", as_list=True)
 BOUNDARIES["broadcast_arrays"] = boundary("broadcast_arrays", as_list=True)
