@@ -224,7 +224,7 @@ class CUDABackend(Backend):
     def asarray(self, obj: Any) -> Any:
         if isinstance(obj, np.ndarray) and obj.size:  # host memory: copied bit for bit (cupy.asarray
             out = _ndarray(obj.shape, obj.dtype)  # fills a 0-d array by value, and fills a zero
-            out.set(np.ascontiguousarray(obj))  # with memset: -0.0 became +0.0)
+            out.set(obj if obj.flags.c_contiguous else obj.copy())  # with memset: -0.0 became +0.0)
             return out
         return cp.asarray(obj)
 
