@@ -115,6 +115,18 @@ def semantics():
         assert ft.stats()["kernels"] == 1 and ft.stats()["flushes"] == 1, ft.stats()
         np.testing.assert_allclose(p.numpy(), 1 - 0.1 * np.arange(5), rtol=1e-6)
         np.testing.assert_allclose(m.numpy(), np.arange(5), rtol=1e-6)
+    # complex arrays (unfused: the backend's functions) and the namespace's own vecdot / unstack
+    z = (rng.standard_normal(6) + 1j * rng.standard_normal(6)).astype(np.complex64)
+    r = rng.standard_normal(6).astype(np.float32)
+    fz, fr = ft.asarray(z, device=D), ft.asarray(r, device=D)
+    got = ft.exp(fz * fr) + ft.sum(fz)
+    assert got.device == D and got.dtype == np.complex64
+    np.testing.assert_allclose(got.numpy(), np.exp(z * r) + z.sum(), rtol=1e-5)
+    np.testing.assert_allclose(ft.real(fz).numpy(), z.real)
+    m = rng.standard_normal((3, 4)).astype(np.float32)
+    fm = ft.asarray(m, device=D)
+    np.testing.assert_allclose(ft.vecdot(fm, fm).numpy(), np.vecdot(m, m), rtol=1e-5)
+    assert [u.numpy().tolist() for u in ft.unstack(fm)] == [row.tolist() for row in m]
     import programs
     for seed in range(6):
         checked += sum(programs.check_program(programs.random_program(seed, narrow=True), device=D).values())
