@@ -127,6 +127,12 @@ def semantics():
     fm = ft.asarray(m, device=D)
     np.testing.assert_allclose(ft.vecdot(fm, fm).numpy(), np.vecdot(m, m), rtol=1e-5)
     assert [u.numpy().tolist() for u in ft.unstack(fm)] == [row.tolist() for row in m]
+    with ft.options(device=D):  # the default device: Python objects and creation functions
+        made = [ft.asarray([1, 2]), ft.zeros(3), ft.full((2,), 1.5), ft.arange(3), ft.linspace(0, 1, 3),
+                ft.eye(2), ft.asarray(3.0, dtype=ft.float32)]
+        assert {a.device for a in made} == {D} and ft.__array_namespace_info__().default_device() == D
+        assert ft.asarray(np.ones(2)).device == "cpu"
+    assert made[3].numpy().tolist() == [0, 1, 2]
     import programs
     for seed in range(6):
         checked += sum(programs.check_program(programs.random_program(seed, narrow=True), device=D).values())
