@@ -33,6 +33,7 @@ _drop = engine.drop
 _new = object.__new__
 _COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
 _WEAK = (builtins.float, builtins.int, builtins.bool, builtins.complex)
+_WEAK_OR_NUMPY_SCALAR = (*_WEAK, np.generic)
 
 
 class Tape(list):
@@ -788,15 +789,20 @@ def _watch(*operands: Any) -> None:
     """Deferred stores are queued (engine.stores): an operand reading a queued store's target
     memory flushes them first. Called *before* the operands' nodes are read: a flush turns the
     pending operands that read a target into memory (their old nodes would read the new data)."""
-    nodes = []
     for x in operands:
         t = type(x)
         if t is Array:
-            nodes.append(x._node)
-        elif t is not float and t is not int and not isinstance(x, (*_WEAK, np.generic)) and \
-                backends.device_of(x) is not None:  # fmt: skip
-            nodes.append(from_foreign(x))
-    _nm.WATCH(tuple(nodes))
+            n = x._node
+            if n.op != "buffer":  # a pending value: the flush orders its reads (stores._readers)
+                continue
+        elif t is float or t is int or isinstance(x, _WEAK_OR_NUMPY_SCALAR) or backends.device_of(x) is None:
+            continue
+        else:
+            n = from_foreign(x)
+        watch = _nm.WATCH
+        if watch is None:  # flushed by an earlier operand
+            return
+        watch((n,))
 
 
 _BCAST: dict[tuple, tuple] = {}
