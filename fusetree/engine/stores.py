@@ -99,8 +99,11 @@ def defer(arr: Any, value: Any, prepare: Any) -> bool:
     vnode = value._node
     if vnode.op in ("buffer", "scalar", "matmul") or vnode.flags & (REDUCE | EXPAND):
         return False
-    if all(x.op == "scalar" for x in vnode.leaves):  # a fill: written now (a tree of scalars
-        return False  # broadcast to the target would reach reduction kernels with no array leaf)
+    for x in vnode.leaves:
+        if x.op != "scalar":
+            break
+    else:  # a fill: written now (a tree of scalars broadcast to the target would reach
+        return False  # reduction kernels with no array leaf)
     with LOCK:
         rec = queued_store(arr)
         n = arr._node if rec is None else rec.tnode
@@ -109,8 +112,7 @@ def defer(arr: Any, value: Any, prepare: Any) -> bool:
         if rec is not None and arr._views and any(r() is not None for r in arr._views):
             return False  # live views of the queued value: they must alias the new one (store now)
         if rec is None:
-            d = n.data
-            lo, hi = span_of(n.ptr, n.shape, tuple(d.strides), d.itemsize)
+            lo, hi = n.span  # (cached on the buffer node)
             if _overlapping(lo, hi):  # another array over this memory has a queued store: the
                 return False  # caller flushes (a read) and stores now
         pnode = prepare(vnode, n.shape, n.dtype)

@@ -359,7 +359,7 @@ class Array:
         if TAPE is not None:
             self._traced_store(key, value)
             return
-        if _advanced(key) or self.dtype.kind == "c" or _complex_value(value):
+        if (key is not Ellipsis and _advanced(key)) or self._node.dtype.kind == "c" or _complex_value(value):
             # integer-array or boolean-mask stores, and complex ones (frontend.unfused): the backend's
             engine.realize((self,))
             be = backends.get(self.device)
@@ -607,7 +607,12 @@ def _advanced(key: Any) -> bool:
 
 
 def _complex_value(v: Any) -> bool:
-    return isinstance(v, complex) or (isinstance(v, Array | np.ndarray | np.generic) and v.dtype.kind == "c")
+    t = type(v)
+    if t is Array:
+        return v._node.dtype.kind == "c"
+    if t is float or t is int:
+        return False
+    return t is complex or (isinstance(v, _HAS_DTYPE) and v.dtype.kind == "c")
 
 
 def _backend_key(key: Any, be: Any) -> Any:
@@ -623,6 +628,7 @@ def _backend_key(key: Any, be: Any) -> Any:
 
 _RefProbe()[0] = object()
 _TEMPORARY_REFS = _RefProbe.count
+_HAS_DTYPE = (Array, np.ndarray, np.generic)
 
 
 def wrap(node: Node) -> Array:
