@@ -287,12 +287,15 @@ class _LastCall(NamedTuple):
     refs: list  # weak references to the array arguments
     uids: list[int]  # their buffer nodes' uids (never reused)
     trace: Trace
+    flat: bool  # positional arrays only, no static arguments: checked before any flattening
 
     @staticmethod
     def of(tree: Any, static: tuple, leaves: list, trace: Trace) -> _LastCall | None:
         if not all(isinstance(a, Array) and a._node.op == "buffer" for a in leaves):
             return None  # Python values or pending arrays: the full signature every call
-        return _LastCall(tree, static, [weakref.ref(a) for a in leaves], list(map(_node_uid, leaves)), trace)
+        flat = not static and tree == pytree.flat_call_tree(len(leaves))
+        return _LastCall(tree, static, [weakref.ref(a) for a in leaves], list(map(_node_uid, leaves)), trace,
+                         flat)  # fmt: skip
 
 
 class JitFunction:
@@ -311,6 +314,19 @@ class JitFunction:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        last = self._last
+        if (
+            last is not None
+            and last.flat
+            and not kwargs
+            and not STORES
+            and len(args) == len(last.refs)
+            and all(map(is_, args, map(_deref, last.refs)))
+            and list(map(_node_uid, args)) == last.uids
+        ):  # the previous call's positional arrays, over the same buffers: nothing to flatten
+            if self.graph:
+                return self._graph_replay(last.trace, args, last)
+            return self._replay_call(last.trace, args, last)
         nums, names = self.static_argnums, self.static_argnames
         if nums or names:
             static: tuple[tuple[Any, Any], ...] = tuple((i, a) for i, a in enumerate(args) if i in nums)
@@ -358,9 +374,13 @@ class JitFunction:
             last = self._last = _LastCall.of(tree, static, leaves, trace)
         if self.graph:
             return self._graph_replay(trace, tuple(leaves), last)
+        return self._replay_call(trace, tuple(leaves), last)
+
+    def _replay_call(self, trace: Trace, args: tuple, last: _LastCall | None) -> Any:
+        """Replay ``trace`` on ``args`` (``last``: their _LastCall record, if any)."""
         same = last is not None and trace.replayed is last
         trace.replayed = None  # (stays None if the replay fails: the next one re-patches everything)
-        out = self._replay(trace, tuple(leaves), same=same)
+        out = self._replay(trace, args, same=same)
         trace.replayed = last
         return out
 
