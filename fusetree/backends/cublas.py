@@ -13,13 +13,32 @@ import numpy as np
 from ..errors import DeviceError
 
 
+def _mapped(fragment: str) -> list[str]:
+    """Paths of the loaded libraries whose file name contains ``fragment`` (/proc/self/maps)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            return sorted({ln.split()[-1] for ln in f if fragment in ln})
+    except OSError:
+        return []
+
+
+def _load_first(names: list[str], what: str) -> ctypes.CDLL:
+    """The first of ``names`` that loads (DeviceError naming ``what`` and the last failure)."""
+    errors = []
+    for n in names:
+        try:
+            return ctypes.CDLL(n)
+        except OSError as e:
+            errors.append(str(e))
+    raise DeviceError(f"{what} could not be loaded (tried {names[:6]}): {errors[-1] if errors else ''}")
+
+
 def _find_cublas() -> ctypes.CDLL:
     names = ["libcublas.so.13", "libcublas.so.12", "libcublas.so"]
     try:  # the library CuPy loaded, if any
         import cupy_backends.cuda.libs.cublas  # noqa: F401
 
-        with open("/proc/self/maps", encoding="utf-8") as f:
-            names = sorted({ln.split()[-1] for ln in f if "libcublas.so" in ln and "Lt" not in ln}) + names
+        names = [n for n in _mapped("libcublas.so") if "Lt" not in os.path.basename(n)] + names
     except Exception:
         pass
     import glob
@@ -28,13 +47,7 @@ def _find_cublas() -> ctypes.CDLL:
     for p in sys.path:
         names += glob.glob(os.path.join(p, "nvidia", "*", "lib", "libcublas.so*"))
         names += glob.glob(os.path.join(p, "nvidia", "cublas", "lib", "libcublas.so*"))
-    errors = []
-    for n in names:
-        try:
-            return ctypes.CDLL(n)
-        except OSError as e:
-            errors.append(str(e))
-    raise DeviceError(f"cuBLAS could not be loaded (tried {names[:6]}): {errors[-1] if errors else ''}")
+    return _load_first(names, "cuBLAS")
 
 
 class CuBLAS:
@@ -82,23 +95,13 @@ class CuBLAS:
 
 def _find_cublaslt(cublas: ctypes.CDLL) -> ctypes.CDLL:
     """libcublasLt from the directory cuBLAS was loaded from (the versions must match)."""
-    names = []
-    try:
-        with open("/proc/self/maps", encoding="utf-8") as f:
-            names = sorted({ln.split()[-1] for ln in f if "libcublasLt.so" in ln})
-    except OSError:
-        pass
+    names = _mapped("libcublasLt.so")
     path = getattr(cublas, "_name", "") or ""
     if "/" in path:
         d = os.path.dirname(path)
         names += sorted(os.path.join(d, n) for n in os.listdir(d) if n.startswith("libcublasLt.so"))
     names += ["libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"]
-    for n in names:
-        try:
-            return ctypes.CDLL(n)
-        except OSError:
-            continue
-    raise DeviceError(f"cuBLASLt could not be loaded (tried {names[:6]})")
+    return _load_first(names, "cuBLASLt")
 
 
 class _HeuristicResult(ctypes.Structure):

@@ -54,6 +54,7 @@ class Params(NamedTuple):
     array: Any  # one pointer per argument into ``buf`` (cuLaunchKernel's kernelParams)
     ptr: int  # the address of ``array``
     call: tuple  # cuLaunchKernel's leading arguments: (function, gx, gy, 1, bx, by, 1, 0)
+    name: str  # the kernel's, for errors
 
 
 _current_stream = cp.cuda.get_current_stream
@@ -369,10 +370,16 @@ class CUDABackend(Backend):
         stream = _current_stream().ptr
         res = self.driver.launch_fn(k.func, gx, gy, 1, bx, by, 1, 0, stream, params, None)
         if res != 0:
-            if res == 201:  # no current context on this thread: make CuPy's current and retry
-                self.driver.lib.cuCtxSetCurrent(self.ctx)
-                res = self.driver.launch_fn(k.func, gx, gy, 1, bx, by, 1, 0, stream, params, None)
-            self.driver.check(res, f"cuLaunchKernel({k.name})")
+            self._launch_failed(res, (k.func, gx, gy, 1, bx, by, 1, 0), stream, params, k.name)
+
+    def _launch_failed(self, res: int, call: tuple, stream: int, params: int, name: str) -> None:
+        """A ``cuLaunchKernel(*call, stream, params)`` that returned ``res``: with no current context
+        on this thread (201) CuPy's is made current and the launch retried; other errors raise,
+        naming the kernel."""
+        if res == 201:
+            self.driver.lib.cuCtxSetCurrent(self.ctx)
+            res = self.driver.launch_fn(*call, stream, params, None)
+        self.driver.check(res, f"cuLaunchKernel({name})")
 
     # -- reduction kernels --------------------------------------------------------------------
     def _auto_chunks(self, nrows: int, rowlen: int) -> int:
@@ -412,7 +419,7 @@ class CUDABackend(Backend):
         n = len(template)
         array = (ctypes.c_void_p * max(1, n))(*[base + 8 * j for j in range(n)])
         (gx, gy), (bx, by) = launch_dims(grid), launch_dims(block)
-        return Params(buf, array, ctypes.addressof(array), (k.func, gx, gy, 1, bx, by, 1, 0))
+        return Params(buf, array, ctypes.addressof(array), (k.func, gx, gy, 1, bx, by, 1, 0), k.name)
 
     def patch_params(self, params: Params, patches: list, ptrs: list[int], last: list[int] | None) -> None:
         buf = params.buf
@@ -430,10 +437,7 @@ class CUDABackend(Backend):
             stream = _current_stream().ptr
         res = self.driver.launch_fn(*params.call, stream, params.ptr, None)
         if res != 0:
-            if res == 201:  # no current context on this thread: make CuPy's current and retry
-                self.driver.lib.cuCtxSetCurrent(self.ctx)
-                res = self.driver.launch_fn(*params.call, stream, params.ptr, None)
-            self.driver.check(res, f"cuLaunchKernel({params.call[0]})")
+            self._launch_failed(res, params.call, stream, params.ptr, params.name)
 
     # -- GEMM --------------------------------------------------------------------------------
     def _blas(self) -> CuBLAS:

@@ -115,8 +115,6 @@ class Trace:
     out_tree: Any = pytree.LEAF  # the structure of what the function returns
     graph: Any = None  # a _Graph once captured (ft.jit(graph=True))
     prepared: list | None = None  # per op: a replay.Launch (kernels), else None
-    fresh: frozenset[int] | None = None  # roots a replay allocates whole and C-contiguous (a result
-    # over one of them is wrapped without checking its layout)
     replayed: Any = None  # the _LastCall of the arguments the last complete ft.jit replay ran on
     whole: list[bool] = field(default_factory=list)  # per result: a kernel's fresh output, entire
 
@@ -781,8 +779,8 @@ def _hkernel_params(be: Any, op: HKernel, roots: list[Any]) -> tuple[int, int, i
 
 
 def _prepare(trace: Trace, be: Any) -> list:
-    """The trace's kernels as replay.Launch records (once per trace), the roots its kernels
-    allocate fresh, and which launches touch only arguments and constants (static)."""
+    """The trace's kernels as replay.Launch records (once per trace), which results are a kernel's
+    fresh output entire, and which launches touch only arguments and constants (static)."""
     if trace.prepared is None:
         prepared = [
             replay.prepare(be, op, isinstance(op, FrameKernel))
@@ -792,7 +790,6 @@ def _prepare(trace: Trace, be: Any) -> list:
         ]
         made = {o.root: (o.shape, o.dtype) for op in trace.ops if isinstance(op, Kernel | FrameKernel)
                 for o in op.outputs if o.new}  # fmt: skip
-        trace.fresh = frozenset(made)
         trace.whole = [d is not None and d.offset == 0 and made.get(d.root) == (d.shape, d.dtype)
                        for d, _ in trace.results]  # fmt: skip
         fixed_roots = set(range(trace.n_inputs)) | {i for i, _ in trace.constants}

@@ -36,7 +36,7 @@ from .reductions import sum as _sum
 __array_api_version__ = "2023.12"
 
 # dtypes: NumPy's dtype objects (``x.dtype == xp.float32``); complex arrays are computed unfused
-DTYPES = {d.name: d for d in dtypes.SUPPORTED} | {n: np.dtype(n) for n in ("complex64", "complex128")}
+DTYPES = {d.name: d for d in dtypes.SUPPORTED + dtypes.COMPLEX}
 e, pi, inf, nan, newaxis = np.e, np.pi, np.inf, np.nan, None
 iinfo = np.iinfo
 
