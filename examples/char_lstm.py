@@ -153,7 +153,7 @@ class Trainer:
         args = (ft.asarray(X, device=self.device), ft.asarray(Y, device=self.device))
         lr = ft.asarray(np.array(lr_t, np.float32), device=self.device)
         loss = self.step_fn(self.params, self.m, self.v, *args, lr)
-        ft.synchronize()  # the deferred AdamW stores
+        ft.flush()  # the deferred AdamW stores, launched: no wait, the next step is prepared meanwhile
         return loss
 
 

@@ -14,7 +14,7 @@ Layers (data flows down; nothing imports upward): ``frontend`` (lazy arrays buil
 
 from __future__ import annotations
 
-from .api import evaluate, explain, synchronize, to_dot, to_networkx
+from .api import evaluate, explain, flush, synchronize, to_dot, to_networkx
 from .config import get as get_options
 from .config import options
 from .engine import cache_info, clear_cache, reset_stats, stats
@@ -97,7 +97,7 @@ FUNCTIONS_BY_NAME = dict(_FUNCTIONS, where=where)
 __all__ = [
     "Array", "ndarray", "asarray", "astype", "clip", "empty", "empty_like", "full", "full_like",
     "matmul", "ones", "ones_like", "power", "where", "zeros", "zeros_like", "evaluate", "explain",
-    "synchronize", "to_dot", "to_networkx", "jit", "grad", "value_and_grad", "vjp", "options", "get_options", "stats", "reset_stats", "clear_cache",
+    "synchronize", "flush", "to_dot", "to_networkx", "jit", "grad", "value_and_grad", "vjp", "options", "get_options", "stats", "reset_stats", "clear_cache",
     "cache_info", "FusetreeError", "ShapeError", "DTypeError", "DeviceError", "UnsupportedError",
     "CompileError", "divide", "abs", "OP_NAMES", "FUNCTIONS_BY_NAME",
     *sorted(k for k in _FUNCTIONS if k != "power"), *sorted(_REDUCTIONS),

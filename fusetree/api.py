@@ -39,6 +39,23 @@ def synchronize() -> None:
             sync()
 
 
+def flush() -> None:
+    """Write every deferred store (``ft.options(defer_stores=True)``) without waiting for the
+    devices: their kernels are launched, and the host goes on while a GPU runs them (a training
+    loop prepares the next step meanwhile). ``ft.synchronize()`` also waits.
+
+    >>> import numpy as np, fusetree as ft
+    >>> buf = np.zeros(2, np.float32)
+    >>> with ft.options(defer_stores=True):
+    ...     x = ft.asarray(buf)
+    ...     x[...] = x + 2
+    ...     ft.flush()
+    >>> ft.synchronize(); buf.tolist()
+    [2.0, 2.0]
+    """
+    engine.flush()
+
+
 def evaluate(*arrays: Any) -> tuple[Array, ...]:
     """Realize several values in as few kernels as possible; returns them (now buffers).
 

@@ -371,3 +371,48 @@ def test_numpy_array_at_fusetree_array_is_a_fusetree_gemm_with_a_gradient(rng):
     check_grad(lambda w: ft.sum(ft.tanh(h0 @ w)), lambda w: float(np.sum(np.tanh(h0 @ w))), [W])
     with pytest.raises(ft.UnsupportedError, match="outside the gradient trace"):
         ft.grad(lambda w: ft.sum(ft.asarray(np.cbrt(w))))(ft.asarray(W))
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("order", ["forward", "backward"])
+def test_sum_of_products_of_adjacent_blocks_is_one_gemm(rng, mode, order):
+    """``sum_t H[t].T @ G[t]`` over row blocks of two buffers (a weight gradient through time) is
+    one GEMM with K = T*B, in either summation order; a term from another allocation or a gap in
+    the blocks starts a new product (accumulated into the same output). Checked against float64
+    NumPy, in eager mode and in a jit replay on fresh data (written into the same arrays)."""
+    T, B, H, N = 6, 4, 5, 7
+    steps = list(range(T)) if order == "forward" else list(range(T))[::-1]
+
+    def blocks(h, g):
+        acc = None
+        for t in steps:
+            term = h[t * B : (t + 1) * B].T @ g[t * B : (t + 1) * B]
+            acc = term if acc is None else acc + term
+        return acc
+
+    def broken(h, g, other):  # 0-1 and 2-3 adjacent, "other" its own allocation, 4-5 skipped
+        return (
+            h[:B].T @ g[:B]
+            + other.T @ g[B : 2 * B]
+            + h[2 * B : 3 * B].T @ g[2 * B : 3 * B]
+            + (h[3 * B : 4 * B].T @ g[3 * B : 4 * B])
+        )
+
+    run_b, run_k = (ft.jit(blocks), ft.jit(broken)) if mode == "jit" else (blocks, broken)
+    fh, fg, fo = ft.zeros((T * B, H)), ft.zeros((T * B, N)), ft.zeros((B, H))
+    for _ in range(2):  # a jit replay reads the new contents
+        Hs, G, Ot = (
+            rng.standard_normal((T * B, H)),
+            rng.standard_normal((T * B, N)),
+            rng.standard_normal((B, H)),
+        )
+        fh[...], fg[...], fo[...] = Hs, G, Ot
+        ft.reset_stats()
+        got = run_b(fh, fg).numpy()
+        assert ft.stats()["gemms"] == 1
+        np.testing.assert_allclose(got, Hs.T @ G, rtol=1e-12, atol=1e-12)
+        ft.reset_stats()
+        got = run_k(fh, fg, fo).numpy()
+        assert ft.stats()["gemms"] == 3
+        want = Hs[:B].T @ G[:B] + Ot.T @ G[B : 2 * B] + Hs[2 * B : 4 * B].T @ G[2 * B : 4 * B]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -105,6 +105,47 @@ class Backend:
     def same_view(self, a: Any, b: Any) -> bool:
         return bool(a.shape == b.shape and a.strides == b.strides and self.ptr(a) == self.ptr(b))
 
+    def same_allocation(self, a: Any, b: Any) -> bool:
+        """Whether views ``a`` and ``b`` lie in one allocation (False when unknown)."""
+        return False
+
+    def join_k(self, a1: Any, b1: Any, a2: Any, b2: Any) -> tuple[Any, Any] | None:
+        """``(a, b)`` with ``a @ b == a1 @ b1 + a2 @ b2`` when the pairs are adjacent blocks of the
+        same memory along the contraction axis (``a`` = [a1 a2] or [a2 a1] as one strided view,
+        ``b`` the matching rows): one GEMM with a longer K instead of two. None otherwise.
+
+        A backward pass through time sums ``h[t-1].T @ dgates[t]`` over the steps; when ``h`` and
+        ``dgates`` are row blocks of two buffers, the sum is one GEMM over all steps, as in cuDNN."""
+        if a1.ndim != 2 or b1.ndim != 2 or a2.ndim != 2 or b2.ndim != 2:
+            return None
+        sa, sb = a1.strides, b1.strides
+        if a2.strides != sa or b2.strides != sb or sa[1] == 0 or sb[0] == 0:
+            return None
+        if (
+            a1.shape[0] != a2.shape[0]
+            or b1.shape[1] != b2.shape[1]
+            or a1.dtype != a2.dtype
+            or b1.dtype != b2.dtype
+        ):
+            return None
+        pa1, pa2, pb1, pb2 = self.ptr(a1), self.ptr(a2), self.ptr(b1), self.ptr(b2)
+        k1, k2 = a1.shape[1], a2.shape[1]
+        if pa2 == pa1 + k1 * sa[1] and pb2 == pb1 + k1 * sb[0]:
+            fa, fb = a1, b1
+        elif pa1 == pa2 + k2 * sa[1] and pb1 == pb2 + k2 * sb[0]:
+            fa, fb = a2, b2
+        else:
+            return None
+        if not (self.same_allocation(a1, a2) and self.same_allocation(b1, b2)):
+            return None
+        ia, ib = a1.itemsize, b1.itemsize
+        if sa[0] % ia or sa[1] % ia or sb[0] % ib or sb[1] % ib:
+            return None
+        k = k1 + k2
+        a = self.restride(fa, (a1.shape[0], k), (sa[0] // ia, sa[1] // ia))
+        b = self.restride(fb, (k, b1.shape[1]), (sb[0] // ib, sb[1] // ib))
+        return a, b
+
     def stream_ptr(self) -> Any:
         """The current stream's handle, for launches of prepared parameters (None: no streams)."""
         return None

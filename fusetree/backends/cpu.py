@@ -480,6 +480,9 @@ class CPUBackend(Backend):
         """replay_root of a fresh C-contiguous array."""
         return ((arr.view(_U16) if arr.dtype is _F16 else arr).reshape(-1), 0)
 
+    def same_allocation(self, a: Any, b: Any) -> bool:
+        return _root_of(a) is _root_of(b)
+
     def restride(self, data: Any, shape: tuple[int, ...], estrides: tuple[int, ...]) -> Any:
         item = data.dtype.itemsize
         return host_view(data, 0, shape, tuple(s * item for s in estrides), data.dtype)

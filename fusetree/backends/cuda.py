@@ -222,10 +222,19 @@ class CUDABackend(Backend):
         self.versions = f"numba-cuda={getattr(numba_cuda, '__version__', '?')};driver={self.driver.version()}"
 
     # -- arrays --------------------------------------------------------------------------------
+    # host arrays up to this size are uploaded without waiting for the device: copied to a private
+    # pageable buffer, whose cudaMemcpyAsync stages it at once (no device synchronization), so a
+    # training loop's per-step scalars do not serialize the host with the previous step's graph
+    ASYNC_UPLOAD = 1 << 20
+
     def asarray(self, obj: Any) -> Any:
         if isinstance(obj, np.ndarray) and obj.size:  # host memory: copied bit for bit (cupy.asarray
             out = _ndarray(obj.shape, obj.dtype)  # fills a 0-d array by value, and fills a zero
-            out.set(obj if obj.flags.c_contiguous else obj.copy())  # with memset: -0.0 became +0.0)
+            if obj.nbytes <= self.ASYNC_UPLOAD:  # with memset: -0.0 became +0.0)
+                src = np.array(obj, order="C", copy=True)  # private: the caller may reuse its memory
+                out.data.copy_from_host_async(src.ctypes.data, src.nbytes, _current_stream())
+            else:
+                out.set(obj if obj.flags.c_contiguous else obj.copy())
             return out
         return cp.asarray(obj)
 
@@ -305,6 +314,9 @@ class CUDABackend(Backend):
             return (data.data.ptr,)
         item = data.itemsize
         return (data.data.ptr, *[s // item for s in data.strides])
+
+    def same_allocation(self, a: Any, b: Any) -> bool:
+        return a.data.mem is b.data.mem
 
     def restride(self, data: Any, shape: tuple[int, ...], estrides: tuple[int, ...]) -> Any:
         item = data.dtype.itemsize
@@ -509,7 +521,10 @@ class CUDABackend(Backend):
         ta, lda = first
         tb, ldb = second
         lt = self._lt if self._lt is not None else self._make_lt()
-        plan = lt.plan(dt, ta, tb, n, m, k, lda, ldb, n) if lt else None
+        plan = lt.plans.get((dt, ta, tb, n, m, k, lda, ldb, n), _MISS) if lt else None
+        if plan is _MISS:  # a new problem: its algorithm timed on these operands (not while capturing)
+            ops = None if lt.TUNE == 1 or _current_stream().is_capturing() else (b2.data.ptr, a2.data.ptr)
+            plan = lt.plan(dt, ta, tb, n, m, k, lda, ldb, n, ops)
         if plan is not None:  # cuBLASLt with the algorithm chosen once per problem
             lt.matmul(plan, one, b2.data.ptr, a2.data.ptr, one if accumulate else zero, out.data.ptr, stream)
             return out
@@ -529,6 +544,9 @@ class CUDABackend(Backend):
             except (DeviceError, OSError, AttributeError):
                 pass
         return self._lt
+
+
+_MISS = object()
 
 
 def _blas_operand(x: Any) -> tuple[int, int] | None:

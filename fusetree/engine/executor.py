@@ -146,14 +146,21 @@ def _array_of(ref: tuple, leaves: Sequence[Node], temps: list[Any], be: Any) -> 
     return be.restride(temps[ref[1]], ref[2], ref[3])  # "tview"
 
 
+def gemm_sum(be: Any, ops: list[Any], out: Any = None) -> Any:
+    """``ops[0] @ ops[1] + ops[2] @ ops[3] + ...`` (into ``out``): a folded ``x@W + h@U`` is one
+    output the later products accumulate into."""
+    out = be.gemm(ops[0], ops[1], out=out)
+    for k in range(2, len(ops), 2):
+        out = be.gemm(ops[k], ops[k + 1], out=out, accumulate=True)
+    return out
+
+
 def compute_gemm(n: Node, be: Any) -> Any:
     """Run a pending GEMM once (memoized on the node)."""
     if n.memo is not None:
         return n.memo
     ops = [x.data for x in n.args]  # type: ignore[attr-defined]
-    out = be.gemm(ops[0], ops[1])
-    if len(ops) == 4:  # a folded x@W + h@U: the second GEMM adds into the first's output
-        out = be.gemm(ops[2], ops[3], out=out, accumulate=True)
+    out = gemm_sum(be, ops)
     k = len(ops) // 2
     STATS["launches"] += k
     STATS["gemms"] += k

@@ -28,7 +28,7 @@ from ..errors import DeviceError, UnsupportedError
 from ..frontend.array import Array, wrap
 from ..frontend.creation import asarray
 from ..ir.node import make_buffer, make_contiguous
-from . import horizontal, pytree, replay
+from . import executor, horizontal, pytree, replay
 from . import realization as _realize
 from .state import HOOK, LOCK, STATS, STORES
 
@@ -117,6 +117,7 @@ class Trace:
     prepared: list | None = None  # per op: a replay.Launch (kernels), else None
     replayed: Any = None  # the _LastCall of the arguments the last complete ft.jit replay ran on
     whole: list[bool] = field(default_factory=list)  # per result: a kernel's fresh output, entire
+    private: set[int] = field(default_factory=set)  # staged arguments whose address changed: copied
 
     @property
     def written_inputs(self) -> tuple[int, ...]:
@@ -444,6 +445,12 @@ class JitFunction:
             g = trace.graph = _capture(self, trace, args)
             STATS["graph_captures"] += 1
         be = backends.get(trace.device)
+        if g.borrowed and (last is None or g.seen is not last):
+            moved = _moved_borrowed(be, g, args)
+            if moved:  # a borrowed argument at another address: it gets a private copy from now on
+                trace.private |= moved
+                g = trace.graph = _capture(self, trace, args)
+                STATS["graph_captures"] += 1
         if last is not None and g.seen is last:  # the arguments of the last launch: bound nodes hold
             datas = g.datas
             for k in g.staged:
@@ -543,10 +550,7 @@ class JitFunction:
                 horizontal.launch(be, op.launcher, last[1], sum(op.sizes))  # counts its launch
             elif isinstance(op, Gemm):
                 ops = [_as_array(be, roots, d) for d in op.operands]
-                out = be.gemm(ops[0], ops[1], out=roots[op.out] if fixed is not None else None)
-                if len(ops) == 4:
-                    out = be.gemm(ops[2], ops[3], out=out, accumulate=True)
-                roots[op.out] = out
+                roots[op.out] = executor.gemm_sum(be, ops, roots[op.out] if fixed is not None else None)
                 n_launch += len(ops) // 2
                 n_gemm += len(ops) // 2
             else:
@@ -622,6 +626,7 @@ class _Graph:
     users: dict[int, list] = field(default_factory=dict)  # bound argument -> [(node, Launch)]
     datas: list = field(default_factory=list)  # the last launch's argument arrays
     seen: Any = None  # the jit's _LastCall record of that launch (its arguments, by identity)
+    borrowed: frozenset[int] = frozenset()  # staged arguments whose "static copy" is the caller's array
 
     staged: list[int] = field(default_factory=list)  # arguments with a static copy (see __post_init__)
 
@@ -643,6 +648,18 @@ class _Graph:
             launch.last = ptrs
             self.exec.set_kernel(node, launch.launcher.func, launch.grid, launch.block, launch.params.ptr)
         return len(todo)
+
+
+def _moved_borrowed(be: Any, g: _Graph, args: tuple) -> set[int]:
+    """The borrowed arguments of graph ``g`` that this call passes at another address."""
+    moved: set[int] = set()
+    k = 0
+    for a in args:
+        if isinstance(a, Array):
+            if k in g.borrowed and be.ptr(a._node.data) != be.ptr(g.inputs[k]):  # type: ignore[attr-defined]
+                moved.add(k)
+            k += 1
+    return moved
 
 
 def _capture(self: JitFunction, trace: Trace, args: tuple) -> _Graph:
@@ -704,9 +721,16 @@ def _build_graph(self: JitFunction, trace: Trace, args: tuple, be: Any) -> _Grap
     groups = _overlap_groups(be, datas)
     staged_groups = {groups[k] for k in range(n_in) if k in other}
     staged = [k for k in range(n_in) if groups[k] in staged_groups]
-    statics, _ = _static_inputs(be, [datas[k] for k in staged])
+    # staged arguments are borrowed (the graph reads and writes this call's arrays, kept alive by
+    # the graph: no copy while later calls pass the same memory, e.g. a model's parameters);
+    # those that were passed at another address once get private static copies (trace.private)
+    private_groups = {groups[k] for k in staged if k in trace.private}
+    private = [k for k in staged if groups[k] in private_groups]
+    statics, _ = _static_inputs(be, [datas[k] for k in private])
     inputs: list[Any] = [None] * n_in
-    for k, st in zip(staged, statics):
+    for k in staged:
+        inputs[k] = datas[k]
+    for k, st in zip(private, statics):
         inputs[k] = st
     written_all = set(trace.written_inputs)
     hit = {groups[k] for k in staged if k in written_all}
@@ -742,10 +766,7 @@ def _build_graph(self: JitFunction, trace: Trace, args: tuple, be: Any) -> _Grap
             stream.begin_capture()
             try:
                 if isinstance(op, Gemm):
-                    ops = [_as_array(be, roots, d) for d in op.operands]
-                    out = be.gemm(ops[0], ops[1], out=roots[op.out])
-                    if len(ops) == 4:
-                        be.gemm(ops[2], ops[3], out=out, accumulate=True)
+                    executor.gemm_sum(be, [_as_array(be, roots, d) for d in op.operands], roots[op.out])
                 else:
                     target = _as_array(be, roots, op.target)
                     be.copy(target, _as_array(be, roots, op.src) if op.src is not None else op.value)
@@ -761,7 +782,8 @@ def _build_graph(self: JitFunction, trace: Trace, args: tuple, be: Any) -> _Grap
     def launch_graph() -> None:
         ex.launch(cp.cuda.get_current_stream().ptr)
 
-    return _Graph(inputs, roots, results, launch_graph, written, ex, addresses, users)
+    borrowed = frozenset(k for k in staged if groups[k] not in private_groups)
+    return _Graph(inputs, roots, results, launch_graph, written, ex, addresses, users, borrowed=borrowed)
 
 
 def _hkernel_params(be: Any, op: HKernel, roots: list[Any]) -> tuple[int, int, int, int]:

@@ -22,7 +22,17 @@ from .. import backends, config, engine
 from ..errors import DeviceError, DTypeError, ShapeError, UnsupportedError
 from ..ir import dtypes
 from ..ir import node as _nm
-from ..ir.node import EXPAND, REDUCE, Buffer, Node, make_buffer, make_matmul, make_op, make_scalar
+from ..ir.node import (
+    EXPAND,
+    REDUCE,
+    Buffer,
+    Node,
+    make_buffer,
+    make_gemm_sum,
+    make_matmul,
+    make_op,
+    make_scalar,
+)
 from ..ir.ops import BINARY_OPERATORS, INPLACE_OPERATORS, OPS, RULES1, RULES2, UNARY_OPERATORS, rule
 from . import unfused
 from .views import index_shape, resolve_shape, view_index, view_key, view_of
@@ -906,14 +916,12 @@ def _build_array(name: str, nodes: tuple[Node, ...], attrs: tuple = ()) -> Array
         out_shape = broadcast_shape(name, [m.shape for m in nodes if m.op != "scalar"])  # type: ignore[assignment]
         if name == "add" and nodes[0].op == "matmul" and _foldable(nodes, out_dt, out_shape):
             # x@W + h@U: the second GEMM accumulates into the first (beta = 1): one leaf
-            a, b = nodes
-            return wrap(make_matmul(a, b, out_shape, out_dt, acc=True))
+            return wrap(_gemm_sum(nodes[0], nodes[1], out_shape, out_dt))
         nodes = tuple(
             [n if n.op == "scalar" or n.shape == out_shape else broadcast(n, out_shape) for n in nodes]
         )
     elif name == "add" and nodes[0].op == "matmul" and _foldable(nodes, out_dt, out_shape):
-        a, b = nodes
-        return wrap(make_matmul(a, b, out_shape, out_dt, acc=True))
+        return wrap(_gemm_sum(nodes[0], nodes[1], out_shape, out_dt))
     out = wrap(make_op(name, nodes, out_dt, out_shape, device, attrs))
     if not config.current.fuse and device:
         engine.realize((out,))  # the unfused baseline: one kernel per op, launched eagerly
@@ -941,9 +949,28 @@ def _weak_ints(name: str, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
 def _foldable(nodes: tuple[Node, ...], dt: np.dtype, shape: tuple[int, ...]) -> bool:
     if len(nodes) != 2 or not all(n.op == "matmul" and n.memo is None for n in nodes):
         return False
-    if any(n.shape != shape or n.dtype != dt or len(n.args) != 2 for n in nodes):
+    if any(n.shape != shape or n.dtype != dt for n in nodes):
         return False
     return bool(backends.get(nodes[0].device).gemm_accumulate)
+
+
+def _gemm_sum(a: Node, b: Node, shape: tuple[int, ...], dt: np.dtype) -> Node:
+    """The pending sum of two pending GEMM (sums): one GEMM node whose products accumulate into
+    one output. A product that continues the previous one along the contraction axis (adjacent
+    blocks of the same memory: ``h[t-1].T @ g[t]`` summed over the steps of a backward pass) is
+    merged into it: one GEMM with a longer K (Backend.join_k)."""
+    be = backends.get(a.device)
+    args = list(a.args)
+    bargs = b.args
+    for i in range(0, len(bargs), 2):
+        x, y = bargs[i], bargs[i + 1]
+        p, q = args[-2], args[-1]
+        joined = be.join_k(p.data, q.data, x.data, y.data)  # type: ignore[attr-defined]
+        if joined is None:
+            args += (x, y)
+        else:
+            args[-2:] = [make_buffer(joined[0], a.device), make_buffer(joined[1], a.device)]
+    return make_gemm_sum(tuple(args), shape, dt)
 
 
 def _prepare(node: Node, shape: tuple[int, ...], dtype: np.dtype) -> Node:

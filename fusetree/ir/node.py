@@ -275,11 +275,16 @@ def make_scalar(value: Any) -> Scalar:
     return n
 
 
-def make_matmul(a: Node, b: Node, shape: tuple[int, ...], dtype: np.dtype, acc: bool = False) -> Node:
+def make_matmul(a: Node, b: Node, shape: tuple[int, ...], dtype: np.dtype) -> Node:
     """A pending GEMM ``a @ b`` (operands are buffers); to elementwise consumers a C-contiguous
-    leaf computed first. With ``acc``, ``a`` and ``b`` are two pending GEMMs whose sum this node is:
-    the second accumulates into the first one's output (beta = 1)."""
-    args = (a.args + b.args) if acc else (a, b)
+    leaf computed first."""
+    return make_gemm_sum((a, b), shape, dtype)
+
+
+def make_gemm_sum(args: tuple[Node, ...], shape: tuple[int, ...], dtype: np.dtype) -> Node:
+    """A pending sum of GEMMs ``args[0] @ args[1] + args[2] @ args[3] + ...`` (operand buffers in
+    pairs): the first product writes the output, each later one accumulates into it (beta = 1)."""
+    a = args[0]
     key = intern_key(("matmul", dtypes.SHORT[dtype], len(shape), tuple(x.key for x in args)))
     n = _new_node(Node)
     uid = next(_uids)
@@ -407,7 +412,7 @@ def verify(node: Node) -> None:
             assert n.leaves == () and n.args == ()
             continue
         if n.op == "matmul":
-            assert all(a.op == "buffer" for a in n.args) and len(n.args) in (2, 4)
+            assert all(a.op == "buffer" for a in n.args) and len(n.args) >= 2 and len(n.args) % 2 == 0
             continue
         assert n.leaves, n
         assert set(map(id, n.leaves)) == {id(x) for a in n.args for x in a.all_leaves}
