@@ -46,6 +46,46 @@ def test_an_optimizer_step_is_one_kernel_per_parameter_structure(rng):
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
 
 
+def test_a_repeated_flush_launches_its_cached_plan(rng):
+    """The same stores every step (same targets, trees, arrays and scalars) reuse the flush plan;
+    another scalar value, another array or a live value reading a target is planned afresh. Every
+    step is checked against float64 NumPy."""
+    shapes = [(7, 5), (5,), (3, 2, 4), (5,), (5,)]
+    P, G = [f32(rng, *s) for s in shapes], [f32(rng, *s) for s in shapes]
+    M, V = [np.zeros(s, np.float32) for s in shapes], [np.zeros(s, np.float32) for s in shapes]
+    refs = [[x.astype(np.float64) for x in xs] for xs in (P, G, M, V)]
+    fs = [[ft.asarray(x) for x in xs] for xs in (P, G, M, V)]
+    for step, lr in enumerate((1e-2, 1e-2, 1e-2, 5e-3, 5e-3, "swap", "reader", 5e-3)):
+        ft.reset_stats()
+        reader = None
+        if lr == "swap":  # a gradient array replaced by another one (new memory, same values)
+            fs[1][0] = ft.asarray(G[0].copy())
+            lr = 5e-3
+        elif lr == "reader":  # a live pending value reading a target: computed with the old data
+            reader = fs[0][1] * 2.0
+            old = refs[0][1] * 2.0
+            lr = 5e-3
+        adamw(*fs, ft, lr=lr)
+        ft.synchronize()
+        adamw(*refs, np, lr=lr)
+        hits = ft.stats()["flush_plan_hits"]
+        assert hits == (1 if step in (1, 2, 4, 7) else 0), (step, ft.stats())
+        for got, want in zip(P + M + V, refs[0] + refs[2] + refs[3]):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+        if reader is not None:
+            np.testing.assert_allclose(reader.numpy(), old, rtol=1e-6)
+
+
+def test_horizontal_kernels_tell_negative_zero_scalars_apart():
+    """Two stores of one structure with scalars 0.0 and -0.0 are not one horizontal launch (0.0 ==
+    -0.0 in Python): ``1 / (x * -0.0)`` is -inf for positive x."""
+    xs = [ft.asarray(np.full(4, 2.0, np.float32)) for _ in range(2)]
+    for x, z in zip(xs, (0.0, -0.0)):
+        x[...] = 1.0 / (x * z)
+    ft.synchronize()
+    assert np.all(xs[0].numpy() == np.inf) and np.all(xs[1].numpy() == -np.inf)
+
+
 def test_values_built_before_a_store_see_the_old_data_after_it_the_new(rng):
     buf = f32(rng, 6)
     orig = buf.copy()

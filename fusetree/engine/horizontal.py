@@ -16,6 +16,7 @@ the same arrays every step looks it up instead of rebuilding and uploading it.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -47,6 +48,15 @@ class Member(NamedTuple):
     tptrs: list[int]
 
 
+def scalar_id(v: Any) -> tuple:
+    """A scalar's identity for keys: its type and value, the sign of a float zero included
+    (``0.0 == -0.0``: one kernel's scalar for both would turn ``1 / (x * -0.0)`` into +inf)."""
+    t = type(v)
+    if t is float and v == 0.0:
+        return t, v, math.copysign(1.0, v)
+    return t, v
+
+
 def key_of(comp: list[tuple], shape: tuple[int, ...], device: str,
            ptr_of: Callable[[Any], int] = address) -> tuple[tuple, Member] | None:  # fmt: skip
     """The horizontal-fusion key of a component (entries ``(value node, target, _)``) and its
@@ -72,7 +82,7 @@ def key_of(comp: list[tuple], shape: tuple[int, ...], device: str,
         op = x.op
         if op == "scalar":
             kinds.append("")
-            scalars.append((type(x.value), x.value))  # type: ignore[attr-defined]
+            scalars.append(scalar_id(x.value))  # type: ignore[attr-defined]
         elif op == "buffer":
             d = x.data  # type: ignore[attr-defined]
             if not any(d.strides) and d.ndim:  # a broadcast element (first: a (1,) broadcast is one too)
@@ -90,8 +100,9 @@ def key_of(comp: list[tuple], shape: tuple[int, ...], device: str,
     )
 
 
-def run(be: Any, tag: str, target_name: str, key: tuple, members: list[Member]) -> None:
-    """One horizontal launch computing every component of ``members``."""
+def run(be: Any, tag: str, target_name: str, key: tuple, members: list[Member]) -> tuple[Any, tuple, int]:
+    """One horizontal launch computing every component of ``members``; returns what :func:`launch`
+    takes to launch it again over the same memory (engine.stores caches it per flush structure)."""
     first = [e[0] for e in members[0].comp]
     spec = _SPECS.get((tag, key))
     if spec is None:
@@ -123,7 +134,8 @@ def run(be: Any, tag: str, target_name: str, key: tuple, members: list[Member]) 
         if len(_TABLES) >= _MAX_TABLES:
             _TABLES.pop(next(iter(_TABLES)))
         _TABLES[tkey] = hit
-    launch(be, launcher, hit, sum(sizes))
+    total = sum(sizes)
+    launch(be, launcher, hit, total)
     rec = HOOK.recorder
     if rec is not None:
         k = 0
@@ -133,6 +145,7 @@ def run(be: Any, tag: str, target_name: str, key: tuple, members: list[Member]) 
                 slot_arrays[j].append(arrays[k])
                 k += 1
         rec.hkernel(launcher, spec, tuple(sizes), slot_arrays, tuple(scalars))
+    return launcher, hit, total
 
 
 def launch(be: Any, launcher: Any, hit: tuple, total: int) -> None:

@@ -20,7 +20,7 @@ def drop(r: weakref.ref) -> None:
 STATS: dict[str, int] = dict.fromkeys(
     ("compiles", "cache_hits", "plan_hits", "plans", "launches", "kernels", "gemms", "copies", "disk_hits",
      "traces", "replays", "graph_launches", "graph_captures", "graph_node_updates", "stores", "flushes",
-     "horizontal"),
+     "flush_plan_hits", "horizontal"),
     0)  # fmt: skip
 _ZERO = dict(STATS)
 

@@ -210,44 +210,107 @@ def _readers(stores: list[Store], owners: dict[int, Any]) -> list:
     return readers
 
 
+# Flush plans: a loop that queues the same stores every step (an optimizer: the same targets, trees
+# of the same structure over the same arrays, the same scalars) flushes the same way. The plan of a
+# flush without readers is kept under its signature (per store: the target's and the non-scalar
+# leaves' node uids, never reused, the tree's key, the scalars' values), so the next such flush
+# launches it without grouping the stores, keying components or building chunk tables.
+_PLANS: dict[tuple, list] = {}
+_MAX_PLANS = 8
+
+
+def _signature(stores: list[Store]) -> tuple | None:
+    """The flush plan key of ``stores`` (None: not cached, a pending GEMM is read)."""
+    sig: list[Any] = []
+    for s in stores:
+        n = s.node
+        sig.append(s.tnode.uid)
+        sig.append(n.key)
+        for x in n.leaves:
+            op = x.op
+            if op == "buffer":
+                sig.append(x.uid)
+            elif op == "scalar":  # (its type is in the tree's key; a float zero needs its sign)
+                v = x.value  # type: ignore[attr-defined]
+                sig.append(v if v or type(v) is not float else horizontal.scalar_id(v))
+            else:
+                return None
+    return tuple(sig)
+
+
 def _flush(stores: list[Store]) -> None:
     owners = {id(s.owner): s.owner for s in stores}
     readers = _readers(stores, owners)
+    sig = None
+    if not readers and HOOK.recorder is None:
+        sig = _signature(stores)
+        plan = _PLANS.get(sig) if sig is not None else None
+        if plan is not None:
+            STATS["flush_plan_hits"] += 1
+            _run_plan(plan, stores)
+            _restore(stores)
+            return
     groups = _plan_groups(stores, readers)
     if groups is None:
         _flush_staged(stores, readers)
-    else:
-        plain: list[tuple[str, tuple, list]] = []
-        hgroups: dict[tuple, list] = {}
-        many = len(groups) > 1 or any(len(c) > 1 for c in groups.values())
-        tptr = {id(s.target): s.tnode.ptr for s in stores}  # known: no array interface call
-        for (device, shape), comps in groups.items():
-            for comp in comps:
-                hm = None
-                if many and (HOOK.recorder is None or HOOK.recorder.horizontal):
-                    hm = horizontal.key_of(comp, shape, device, lambda t: tptr.get(id(t)) or address(t))
-                if hm is None:
-                    plain.append((device, shape, comp))
-                else:
-                    hgroups.setdefault(hm[0], []).append((shape, hm[1]))
-        for hk, members in hgroups.items():
-            device = hk[0]
-            ctx = _r.context(device)
-            if len(members) > 1 and hasattr(ctx.be, "launch_table"):
-                try:
-                    horizontal.run(ctx.be, ctx.tag, ctx.target.name, hk, [m for _, m in members])
-                    continue
-                except ValueError:  # misaligned memory: one kernel per component
-                    pass
-            plain.extend((device, shape, m.comp) for shape, m in members)
-        for device, shape, comp in plain:
-            nodes = [e[0] for e in comp]
-            targets = [e[1] for e in comp]
-            layouts = ["C" if t is None else _r.target_layout(t) for t in targets]
-            outs = _r.run_group(nodes, [], device, shape, targets, layouts)
-            for (_, t, w), o in zip(comp, outs):
-                if t is None:
-                    _r.set_buffer(w, o, device)
+        _restore(stores)
+        return
+    plan = []  # what was launched: ("h", be, launcher, table, total) or ("k", device, shape, store indices)
+    index = {id(s.target): i for i, s in enumerate(stores)}
+    plain: list[tuple[str, tuple, list]] = []
+    hgroups: dict[tuple, list] = {}
+    many = len(groups) > 1 or any(len(c) > 1 for c in groups.values())
+    tptr = {id(s.target): s.tnode.ptr for s in stores}  # known: no array interface call
+    for (device, shape), comps in groups.items():
+        for comp in comps:
+            hm = None
+            if many and (HOOK.recorder is None or HOOK.recorder.horizontal):
+                hm = horizontal.key_of(comp, shape, device, lambda t: tptr.get(id(t)) or address(t))
+            if hm is None:
+                plain.append((device, shape, comp))
+            else:
+                hgroups.setdefault(hm[0], []).append((shape, hm[1]))
+    for hk, members in hgroups.items():
+        device = hk[0]
+        ctx = _r.context(device)
+        if len(members) > 1 and hasattr(ctx.be, "launch_table"):
+            try:
+                launch = horizontal.run(ctx.be, ctx.tag, ctx.target.name, hk, [m for _, m in members])
+                plan.append(("h", ctx.be, *launch))
+                continue
+            except ValueError:  # misaligned memory: one kernel per component
+                pass
+        plain.extend((device, shape, m.comp) for shape, m in members)
+    for device, shape, comp in plain:
+        nodes = [e[0] for e in comp]
+        targets = [e[1] for e in comp]
+        layouts = ["C" if t is None else _r.target_layout(t) for t in targets]
+        outs = _r.run_group(nodes, [], device, shape, targets, layouts)
+        for (_, t, w), o in zip(comp, outs):
+            if t is None:
+                _r.set_buffer(w, o, device)
+        plan.append(("k", device, shape, [index[id(t)] if t is not None else -1 for t in targets]))
+    if sig is not None and all(step[0] == "h" or -1 not in step[3] for step in plan):
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[sig] = plan
+    _restore(stores)
+
+
+def _run_plan(plan: list, stores: list[Store]) -> None:
+    """Launch a cached flush plan for ``stores`` (their signature matched the plan's)."""
+    for step in plan:
+        if step[0] == "h":
+            horizontal.launch(step[1], step[2], step[3], step[4])
+        else:
+            _, device, shape, idx = step
+            targets = [stores[i].target for i in idx]
+            _r.run_group([stores[i].node for i in idx], [], device, shape, targets,
+                         [_r.target_layout(t) for t in targets])  # fmt: skip
+
+
+def _restore(stores: list[Store]) -> None:
+    """Each stored-to array is its memory again (unless a later store rebound it)."""
     for s in stores:
         if s.owner._node is s.node:
             _r.set_buffer(s.owner, s.target, s.device, s.tnode)
