@@ -109,10 +109,13 @@ class Backend:
         """Whether views ``a`` and ``b`` lie in one allocation (False when unknown)."""
         return False
 
-    def join_k(self, a1: Any, b1: Any, a2: Any, b2: Any) -> tuple[Any, Any] | None:
+    def join_k(
+        self, a1: Any, b1: Any, a2: Any, b2: Any, ptrs: tuple[int, int, int, int]
+    ) -> tuple[Any, Any] | None:
         """``(a, b)`` with ``a @ b == a1 @ b1 + a2 @ b2`` when the pairs are adjacent blocks of the
         same memory along the contraction axis (``a`` = [a1 a2] or [a2 a1] as one strided view,
         ``b`` the matching rows): one GEMM with a longer K instead of two. None otherwise.
+        ``ptrs``: the four arrays' element-0 addresses (known to their buffer nodes).
 
         A backward pass through time sums ``h[t-1].T @ dgates[t]`` over the steps; when ``h`` and
         ``dgates`` are row blocks of two buffers, the sum is one GEMM over all steps, as in cuDNN."""
@@ -128,7 +131,7 @@ class Backend:
             or b1.dtype != b2.dtype
         ):
             return None
-        pa1, pa2, pb1, pb2 = self.ptr(a1), self.ptr(a2), self.ptr(b1), self.ptr(b2)
+        pa1, pb1, pa2, pb2 = ptrs
         k1, k2 = a1.shape[1], a2.shape[1]
         if pa2 == pa1 + k1 * sa[1] and pb2 == pb1 + k1 * sb[0]:
             fa, fb = a1, b1

@@ -14,9 +14,9 @@ from .realization import (
     write_barrier,
     write_group,
 )
-from .state import HOOK, PENDING, check_readable, drop, reset_stats, stats
+from .state import HOOK, PENDING, STORES, check_readable, drop, reset_stats, stats
 from .stores import defer, deferring, flush, queued_store
 
-__all__ = ["HOOK", "PENDING", "assign", "cache_info", "check_readable", "clear_cache", "compute_gemm", "defer",
+__all__ = ["HOOK", "PENDING", "STORES", "assign", "cache_info", "check_readable", "clear_cache", "compute_gemm", "defer",
            "deferring", "drop", "flush", "queued_store", "realize", "realize_node", "reset_stats", "set_buffer",
            "stats", "write_barrier", "write_group"]  # fmt: skip

@@ -279,6 +279,17 @@ class Array:
             engine.realize((self,))
 
     def __getitem__(self, key: Any) -> Array:
+        n = self._node
+        if n.op == "buffer" and TAPE is None and n.bound is not None:  # type: ignore[attr-defined]
+            # a basic index of memory taken before (a bias's gate slice every step): the cached view
+            views = n.bound.get("views")  # type: ignore[attr-defined]
+            if views is not None:
+                vk = view_key(key)
+                v = views.get(vk) if vk is not None else None
+                if v is not None:
+                    out = _new(Array)
+                    out._node, out._base, out._views, out._pref = v, None, None, None
+                    return out
         key = _int_slices(key)
         if _advanced(key):  # integer-array or boolean-mask indexing: a fusion boundary (a copy)
             engine.realize((self,))
@@ -289,13 +300,21 @@ class Array:
                 record("gather", (self._node,), (bkey,), out._node)
             return out
         self._boundary()
-        shape = index_shape(key, self._node.shape)
+        vk = view_key(key)
+        src_shape = self._node.shape
+        shape = _INDEX_SHAPES.get((vk, src_shape)) if vk is not None else None
+        if shape is None:
+            shape = index_shape(key, src_shape)  # (raises for a bad index)
+            if vk is not None:
+                if len(_INDEX_SHAPES) > 4096:
+                    _INDEX_SHAPES.clear()
+                _INDEX_SHAPES[(vk, src_shape)] = shape
         vkey = view_index(key)
 
         def fn(d: Any) -> Any:
             return d[vkey]
 
-        out = self._derive(view_of(self._node, fn, shape, view_key(key)), fn)
+        out = self._derive(view_of(self._node, fn, shape, vk), fn)
         if TAPE is not None:
             record("getitem", (self._node,), (vkey,), out._node)
         return out
@@ -579,6 +598,9 @@ def _axis_ranges(shape: tuple[int, ...], key: Any) -> list[range] | None:
             return None
     out.extend(range(n) for n in shape[len(items) :])
     return out
+
+
+_INDEX_SHAPES: dict[tuple, tuple[int, ...]] = {}  # (view_key, source shape) -> the indexed shape
 
 
 def _int_slices(key: Any) -> Any:
@@ -965,7 +987,7 @@ def _gemm_sum(a: Node, b: Node, shape: tuple[int, ...], dt: np.dtype) -> Node:
     for i in range(0, len(bargs), 2):
         x, y = bargs[i], bargs[i + 1]
         p, q = args[-2], args[-1]
-        joined = be.join_k(p.data, q.data, x.data, y.data)  # type: ignore[attr-defined]
+        joined = be.join_k(p.data, q.data, x.data, y.data, (p.ptr, q.ptr, x.ptr, y.ptr))  # type: ignore[attr-defined]
         if joined is None:
             args += (x, y)
         else:
@@ -1001,6 +1023,14 @@ def matmul(a: Any, b: Any) -> Array:
     ``x @ W + h @ U`` costs two GEMMs (on CUDA the second accumulates into the first) plus the
     elementwise work, fused into the consumer kernel.
     """
+    if type(a) is Array and type(b) is Array and TAPE is None and not engine.STORES:
+        na, nb = a._node, b._node  # the common case: two 2-D arrays in memory, one float dtype
+        if na.op == "buffer" and nb.op == "buffer":
+            sa, sb = na.shape, nb.shape
+            dt = na.dtype
+            if (len(sa) == 2 and len(sb) == 2 and sa[1] == sb[0] and nb.dtype == dt and dt.kind == "f"
+                    and na.device == nb.device):  # fmt: skip
+                return wrap(make_matmul(na, nb, (sa[0], sb[1]), dt))
     engine.realize(tuple(x for x in (a, b) if isinstance(x, Array)))  # operands: a fusion boundary
     na, nb = as_node(a), as_node(b)
     if na.op == "scalar" or nb.op == "scalar":
