@@ -7,7 +7,8 @@ math (float32, no TF32), same initialization, same batches, same clipping and Ad
 * launches per time step: on CUDA the profiler's count of kernels and copies per step (a CUDA
   graph's nodes counted one by one), on the CPU fusetree's launch counter; divided by T;
 * GPU busy fraction: the union of kernel intervals / wall time over the timed steps (CUPTI via
-  torch.profiler: it sees fusetree's driver launches as well);
+  torch.profiler: it sees fusetree's driver launches as well); CUPTI's host cost lengthens a
+  host-bound step, so the same kernel time is also divided by the steps' *unprofiled* wall time;
 * the loss after --check steps against torch nn.LSTM from the same start.
 
     python benchmarks/train_lstm.py --device cuda                      # B128 H512 T64
@@ -106,8 +107,10 @@ def torch_model(init: dict, vocab: int, hidden: int, device: str, cell: bool):
 # ---------------------------------------------------------------------------------------------
 
 
-def busy_fraction(run_steps, n: int) -> float | None:
-    """Union of CUDA kernel intervals / wall time over ``n`` steps (torch.profiler, CUPTI)."""
+def busy_fraction(run_steps, n: int) -> tuple[float, float] | None:
+    """(union of CUDA kernel intervals, wall time) in µs over ``n`` steps run under torch.profiler
+    (CUPTI). CUPTI's own host cost lengthens the wall time of a host-bound step, so the caller also
+    divides the kernel time by the *unprofiled* wall time of ``n`` steps."""
     try:
         import torch
         from torch.profiler import ProfilerActivity, profile
@@ -133,7 +136,7 @@ def busy_fraction(run_steps, n: int) -> float | None:
             cur_e = max(cur_e, e)
     if cur_e is not None:
         busy += cur_e - cur_s
-    return min(1.0, busy / wall) if wall > 0 else None
+    return (busy, wall) if wall > 0 else None
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -238,7 +241,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             one(0)
             sync(a.device)
             launches = ft.stats()["launches"] / T
-        busy = None
+        busy = busy_unprofiled = None
         if a.device == "cuda" and torch is not None:
 
             def run_steps(n: int) -> None:
@@ -247,7 +250,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 sync(a.device)
                 torch.cuda.synchronize()
 
-            busy = busy_fraction(run_steps, a.steps)
+            measured = busy_fraction(run_steps, a.steps)
+            if measured is not None:
+                busy = min(1.0, measured[0] / measured[1])
+                busy_unprofiled = min(1.0, measured[0] / (a.steps * med * 1e6))
             if launches is None:
                 from torch.profiler import ProfilerActivity, profile
 
@@ -256,18 +262,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 launches = sum(1 for e in prof.events() if e.device_type.name == "CUDA") / T
         rows.append({"mode": mode, "ms_per_step": med * 1e3, "tokens_per_s": T * B / med,
                      "launches_per_time_step": launches, "gpu_busy": busy,
+                     "kernel_time_over_unprofiled_wall": busy_unprofiled,
                      "loss_after_check": losses[mode][-1], "losses": losses[mode], "curve": curve})  # fmt: skip
         print(f"{mode}: {med * 1e3:.2f} ms/step", file=sys.stderr, flush=True)
     ref = losses.get("torch-cudnn")
     print(
         f"\nchar-LSTM training step, B{B} H{H} T{T} vocab {probe.vocab}, float32 (no TF32), device={a.device}"
     )
-    print("| mode | ms/step | tokens/s | launches per time step | GPU busy | loss after "
-          f"{a.check} steps | vs torch-cudnn loss |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| mode | ms/step | tokens/s | launches per time step | GPU busy (profiled) | kernel time / "
+          f"unprofiled step | loss after {a.check} steps | vs torch-cudnn loss |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         dl = f"{abs(r['loss_after_check'] - ref[-1]) / abs(ref[-1]):.1e}" if ref else "-"
         busy = "-" if r["gpu_busy"] is None else f"{100 * r['gpu_busy']:.0f}%"
+        ratio = r["kernel_time_over_unprofiled_wall"]
+        busy += " | " + ("-" if ratio is None else f"{100 * ratio:.0f}%")
         lps = "-" if r["launches_per_time_step"] is None else f"{r['launches_per_time_step']:.1f}"
         print(f"| {r['mode']} | {r['ms_per_step']:.2f} | {r['tokens_per_s']:.0f} | {lps} | {busy} | "
               f"{r['loss_after_check']:.4f} | {dl} |")  # fmt: skip
