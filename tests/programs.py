@@ -20,6 +20,7 @@ raise UnsupportedError (checked) and nothing is compared.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import warnings
 from dataclasses import dataclass, field
@@ -258,7 +259,20 @@ def random_program(seed: int, n_stmts: int | None = None, narrow: bool = False) 
         at = int(extra.integers(0, len(prog.stmts) + 1))
         c, s = (float(np.round(extra.uniform(-1.5, 1.5), 2)) for _ in range(2))
         prog.stmts.insert(at, ("sweep", tuple(range(len(inputs))), c, s))
+    # a sum of GEMMs over row blocks of two arguments (sum_t x[t].T @ y[t]: a weight gradient
+    # through time, one GEMM when the blocks join along K), checked where it stands in the program
+    # (stores before and after it); its value is appended to the results, not to the numbered values
+    extra = np.random.default_rng(seed + 8_888_888)
+    if extra.random() < 0.3:
+        at = int(extra.integers(0, len(prog.stmts) + 1))
+        k, j = (int(extra.integers(0, len(inputs))) for _ in range(2))
+        prog.stmts.insert(at, ("gsum", k, j, int(extra.integers(1, 4)), bool(extra.random() < 0.5)))
     return prog
+
+
+def _row_blocks(n: int, parts: int) -> list[tuple[int, int]]:
+    cuts = [n * i // parts for i in range(parts + 1)]
+    return [(a, b) for a, b in itertools.pairwise(cuts) if b > a]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,6 +299,7 @@ def run_program(prog: Program, xp: Any, args: list[Any]) -> tuple:
     ``args``; returns every value it made (arrays and scalars), in order."""
     env: list[Any] = list(args)
     made: list[int] = []
+    sums: list[Any] = []
     for st in prog.stmts:
         kind = st[0]
         if kind == "let":
@@ -324,7 +339,17 @@ def run_program(prog: Program, xp: Any, args: list[Any]) -> tuple:
             for k in ks:
                 t = env[k]
                 t[...] = xp.tanh(t * c) + s
-    return tuple(env[k] for k in made)
+        elif kind == "gsum":
+            _, k, j, parts, reverse = st
+            x, y = env[k], env[j]
+            if len(x.shape) == 2 and len(y.shape) == 2 and x.shape[0] == y.shape[0]:
+                blocks = _row_blocks(x.shape[0], parts)
+                acc = None
+                for lo, hi in blocks[::-1] if reverse else blocks:
+                    term = x[lo:hi].T @ y[lo:hi]
+                    acc = term if acc is None else acc + term
+                sums.append(acc)
+    return tuple(env[k] for k in made) + tuple(sums)
 
 
 def describe(prog: Program) -> str:
@@ -393,6 +418,13 @@ def describe(prog: Program) -> str:
         elif kind == "sweep":
             lines.append(f"for t in ({', '.join(names[k] for k in st[1])},):")
             lines.append(f"    t[...] = tanh(t * {st[2]!r}) + {st[3]!r}")
+        elif kind == "gsum":
+            _, k, j, parts, reverse = st
+            x, y = names[k], names[j]
+            order = "reversed" if reverse else "in order"
+            lines.append(
+                f"extra = sum({x}[r].T @ {y}[r] for r in {parts} row blocks, {order})  # if 2-D, same rows"
+            )
         else:
             lines.append(f"ft.evaluate({', '.join(names[k] for k in st[1])})")
     return "\n".join(lines)
