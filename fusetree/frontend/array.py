@@ -35,7 +35,7 @@ from ..ir.node import (
 )
 from ..ir.ops import BINARY_OPERATORS, INPLACE_OPERATORS, OPS, RULES1, RULES2, UNARY_OPERATORS, rule
 from . import unfused
-from .views import index_shape, resolve_shape, view_index, view_key, view_of
+from .views import cached_view, index_shape, resolve_shape, view_index, view_key, view_of
 
 _ref = weakref.ref
 _PENDING = engine.PENDING
@@ -280,16 +280,11 @@ class Array:
 
     def __getitem__(self, key: Any) -> Array:
         n = self._node
-        if n.op == "buffer" and TAPE is None and n.bound is not None:  # type: ignore[attr-defined]
-            # a basic index of memory taken before (a bias's gate slice every step): the cached view
-            views = n.bound.get("views")  # type: ignore[attr-defined]
-            if views is not None:
-                vk = view_key(key)
-                v = views.get(vk) if vk is not None else None
-                if v is not None:
-                    out = _new(Array)
-                    out._node, out._base, out._views, out._pref = v, None, None, None
-                    return out
+        vk = view_key(key)  # (NumPy integer slice bounds hash as the ints _int_slices makes them)
+        if n.op == "buffer" and TAPE is None:
+            v = cached_view(n, vk)  # type: ignore[arg-type]
+            if v is not None:  # a basic index of memory taken before (a bias's gate slice every step)
+                return Array(v)
         key = _int_slices(key)
         if _advanced(key):  # integer-array or boolean-mask indexing: a fusion boundary (a copy)
             engine.realize((self,))
@@ -300,7 +295,6 @@ class Array:
                 record("gather", (self._node,), (bkey,), out._node)
             return out
         self._boundary()
-        vk = view_key(key)
         src_shape = self._node.shape
         shape = _INDEX_SHAPES.get((vk, src_shape)) if vk is not None else None
         if shape is None:

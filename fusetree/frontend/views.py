@@ -78,18 +78,26 @@ def _uid(n: Node) -> int:
     return n.uid
 
 
+def cached_view(n: Buffer, vkey: tuple | None) -> Buffer | None:
+    """The view ``vkey`` (see :func:`view_key`) of buffer ``n`` made before, if it was cached."""
+    bound = n.bound
+    if bound is None or vkey is None:
+        return None
+    views = bound.get("views")
+    return views.get(vkey) if views is not None else None
+
+
 def _buffer_view(n: Buffer, leaf_fn: Callable[[Any], Any], vkey: tuple | None) -> Buffer:
     # the same view of the same buffer (a bias broadcast and sliced every step) is reused
-    bound = n.bound
-    views = bound.get("views") if bound is not None and vkey is not None else None
-    if views is not None:
-        v = views.get(vkey)
-        if v is not None:
-            return v
+    v = cached_view(n, vkey)
+    if v is not None:
+        return v
     v = make_buffer(leaf_fn(n.data), n.device)
     if vkey is not None:
+        bound = n.bound
         if bound is None:
             bound = n.bound = {}
+        views = bound.get("views")
         if views is None or len(views) > 64:
             views = bound["views"] = {}
         views[vkey] = v
