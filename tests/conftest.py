@@ -37,4 +37,8 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def rng():
-    return np.random.default_rng(int.from_bytes(os.urandom(4), "little"))
+    """A fresh random generator per test; its seed is printed (shown with a failure's captured
+    output) and FUSETREE_TEST_SEED=<seed> replays it."""
+    seed = int(os.environ.get("FUSETREE_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+    print(f"rng seed: {seed} (replay: FUSETREE_TEST_SEED={seed})")
+    return np.random.default_rng(seed)

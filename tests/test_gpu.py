@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from lstm_ref import lstm_step, make_inputs, reference, rel_err
 from test_random_trees import SHAPED_TREES, check_tree
-from util import assert_matches, draw
+from util import assert_matches, draw, float16_rounding_cases
 
 import fusetree as ft
 from fusetree.ir.ops import OPS
@@ -220,6 +220,12 @@ def test_float16_and_bool_on_gpu(rng):
     h = (x * 2 + 1).numpy()
     assert h.dtype == np.float16
     np.testing.assert_allclose(h, a * 2 + 1, rtol=1e-3)
+    d = float16_rounding_cases(rng)  # float64 -> float16 in one rounding, bit for bit
+    with np.errstate(all="ignore"):
+        want = d.astype(np.float16)
+    got = ft.asarray(cp.asarray(d)).astype("float16").numpy()
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(got.view(np.uint16)[ok], want.view(np.uint16)[ok])
 
 
 def test_jit_lstm_on_gpu(rng):

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
-from util import ALL, assert_matches, draw
+from util import ALL, assert_matches, draw, float16_rounding_cases
 
 import fusetree as ft
 from fusetree.ir.ops import OPS
@@ -134,6 +134,31 @@ def test_astype(src, dst, rng):
     x = draw(rng, (7,), src, "small")
     got = ft.asarray(x).astype(dst).numpy()
     assert_matches(got, x.astype(dst), 0)
+
+
+@pytest.mark.parametrize("src", ["float64", "float32"])
+def test_astype_to_float16_rounds_once(src, rng):
+    """float64 -> float16 is one rounding, as NumPy's cast: through float32 it would round twice
+    (CI caught 2.2910156250000004 -> 2.29296875 from a random draw)."""
+    x = float16_rounding_cases(rng).astype(src)
+    with np.errstate(all="ignore"):
+        want = x.astype(np.float16)
+    got = ft.asarray(x).astype("float16").numpy()
+    np.testing.assert_array_equal(got.view(np.uint16)[~np.isnan(want)], want.view(np.uint16)[~np.isnan(want)])
+    assert np.isnan(got[np.isnan(want)]).all()
+
+
+@pytest.mark.parametrize("scalar", [0.1, 1 / 3, 2.2910156250000004, 1e-7, 2049, 3])
+def test_python_scalars_enter_float16_ops_as_float16(scalar, rng):
+    """NumPy rounds a Python scalar to float16 before a float16 loop: results equal bit for bit."""
+    a = draw(rng, (4000,), "float16", "small")
+    x = ft.asarray(a)
+    for name in ("add", "subtract", "multiply", "maximum", "greater"):
+        f = ft.FUNCTIONS_BY_NAME[name]
+        assert_matches(np.asarray(f(x, scalar)), np_ref(name, a, scalar), 0, err_msg=f"{name}(x, {scalar!r})")
+        assert_matches(np.asarray(f(scalar, x)), np_ref(name, scalar, a), 0, err_msg=f"{name}({scalar!r}, x)")
+    got = ft.where(x > 0, x, scalar).numpy()
+    assert_matches(got, np.where(a > 0, a, np.float16(scalar)), 0)
 
 
 def test_special_values_float32():

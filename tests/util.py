@@ -37,6 +37,32 @@ def draw(rng, shape, dtype, domain="any"):
     return np.asarray(a).astype(dt)
 
 
+def float16_rounding_cases(rng, n=2000):
+    """float64 values where rounding to float16 through float32 (two roundings) goes wrong: exact
+    halfway points between float16 neighbours (normal and subnormal) and points a float32 rounding
+    would move onto them, plus the range's edges and special values."""
+    h = np.concatenate([rng.uniform(-3, 3, n), rng.uniform(-1e-4, 1e-4, n), rng.uniform(-6.5e4, 6.5e4, n)])
+    h = h.astype(np.float16).astype(np.float64)
+    half = np.maximum(np.abs(h) * 2.0**-11, 2.0**-25)  # half a float16 quantum (ties), at least 2**-25
+    near = [h + half * (1 + s * 2.0**-k) for s in (-1, 1) for k in (30, 45)]
+    edges = [
+        1e-8,
+        3e-8,
+        2.0**-25,
+        6e-5,
+        65519.99,
+        65520.0,
+        65519.999999,
+        1e300,
+        np.inf,
+        np.nan,
+        0.0,
+        2.2910156250000004,
+    ]
+    x = np.concatenate([h + half, h - half, *near, edges, -np.asarray(edges)])
+    return x
+
+
 def eps(dt):
     dt = np.dtype(dt)
     return float(np.finfo(dt).eps) if dt.kind == "f" else 0.0

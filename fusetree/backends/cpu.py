@@ -113,6 +113,21 @@ def f16_round(x):  # type: ignore[no-untyped-def]
 
 
 @_jit
+def f16_round_d(x):  # type: ignore[no-untyped-def]
+    """float64 -> the nearest float16 value (ties to even), as float32. Rounding to float32 first
+    and then to float16 would round twice (2.2910156250000004 -> 2.29296875, NumPy: 2.291015625):
+    the float32 step rounds to odd instead (toward zero, then the last bit set when inexact), which
+    keeps the float16 rounding exact because float32 carries 13 > 2 more bits."""
+    f = np.float32(x)
+    if np.float64(f) != x and f == f:  # inexact (NaN stays NaN, overflow to inf comes back below)
+        b = _f32_bits(f)
+        if abs(np.float64(f)) > abs(x):
+            b -= np.int32(1)  # toward zero: one float32 step down in magnitude
+        f = _f32_from_bits(np.int32(b | np.int32(1)))
+    return f16_round(f)
+
+
+@_jit
 def h2f(h):  # type: ignore[no-untyped-def]
     """float16 bits (uint16) -> float32, exact (subnormals through one float multiply)."""
     u = np.int32((np.int32(h) & np.int32(0x7FFF)) << np.int32(13))
@@ -201,7 +216,7 @@ def _namespace() -> dict[str, Any]:
     for name, h in generic.items():
         ns[f"{name}_f4"] = ns[f"{name}_f8"] = h
     ns["exp_f4"], ns["tanh_f4"], ns["sigmoid_f4"], ns["sigmoid_f8"] = exp_f4, tanh_f4, sigmoid_f4, sigmoid_f8
-    ns["f16_round"], ns["h2f"], ns["f2h"] = f16_round, h2f, f2h
+    ns["f16_round"], ns["f16_round_d"], ns["h2f"], ns["f2h"] = f16_round, f16_round_d, h2f, f2h
     return ns
 
 

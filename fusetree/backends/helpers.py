@@ -161,7 +161,10 @@ def namespace(jit_device: Callable[[Any], Any], libdevice: Any | None) -> dict[s
     def f16_round(x):  # type: ignore[no-untyped-def]
         return f32(f16(x))
 
-    for f in (sigmoid_f4, sigmoid_f8, rsqrt_f4, rsqrt_f8, f16_round):
+    def f16_round_d(x):  # type: ignore[no-untyped-def]
+        return f32(f16(x))  # float64 -> float16 in one rounding (cvt.rn.f16.f64)
+
+    for f in (sigmoid_f4, sigmoid_f8, rsqrt_f4, rsqrt_f8, f16_round, f16_round_d):
         ns[f.__name__] = jit_device(f)
     return ns
 

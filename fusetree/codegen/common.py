@@ -96,7 +96,17 @@ def op_value(o: OpSpec, args: list[str], regs: list[np.dtype], descs: list) -> t
     dtypes ``regs``, described by ``descs`` for the dtype rules), and its register dtype."""
     d = OPS[o.op]
     r = rule(o.op, tuple(descs), o.attrs if o.op == "astype" else ())
+    if o.op == "astype" and o.dtype == np.float16 and regs[0] == np.float64:
+        return f"f16_round_d({args[0]})", dtypes.register(o.dtype)  # one rounding, not two via float32
     operands = [cast(a, rg, r.operands[k]) for k, (a, rg) in enumerate(zip(args, regs))]
+    if float in descs or int in descs:
+        strong = [x for x in descs if isinstance(x, np.dtype)]
+        if strong and np.result_type(*strong) == np.float16:
+            # NumPy converts a Python scalar to float16 before a float16 loop (computed in float32):
+            # 0.1 enters as 0.0999755859375, not as float32(0.1)
+            for k, x in enumerate(descs):
+                if x is float or x is int:
+                    operands[k] = f"f16_round_d({cast(args[k], regs[k], np.dtype(np.float64))})"
     out_reg = dtypes.register(o.dtype)
     kind = r.operands[0].kind if d.operands in ("keep", "common") else out_reg.kind
     expr = d.template_for(kind).format(
