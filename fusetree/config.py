@@ -13,6 +13,11 @@ from dataclasses import dataclass, fields, replace
 # 512 of them; we keep some headroom. Kernels that would need more are split by the fuser.
 MAX_KERNEL_PARAMS = 480
 
+# A pending tree deeper than this many op levels is computed when it is built (a loop that updates
+# a value thousands of times without reading it would otherwise grow one ever deeper kernel, and the
+# planner's and code generator's walks recurse once per level).
+MAX_TREE_DEPTH = 128
+
 # Bumped whenever generated code changes meaning; part of every kernel key and disk-cache entry.
 CODEGEN_VERSION = 10
 

@@ -162,12 +162,9 @@ def columns(spec: KernelSpec) -> int:
 
 
 def _spec(nodes: list[Node], kinds: tuple[str, ...], target: str, tag: str) -> KernelSpec:
-    if len(nodes) == 1:
-        leaves, sharing = nodes[0].leaves, None
-    else:
-        leaves, sharing = merge_leaves(tuple(nodes))
+    leaves = nodes[0].leaves if len(nodes) == 1 else merge_leaves(tuple(nodes))[0]
     paths = [(i, ()) for i in range(len(nodes))]
-    s = planner.spec_for(nodes, paths, leaves, ["C"] * len(nodes), target, tag, sharing)
+    s = planner.spec_for(nodes, paths, leaves, ["C"] * len(nodes), target, tag)
     text = s.key_text + f";horizontal;kinds={list(kinds)}"
     name = "ft_h" + hashlib.sha1(text.encode()).hexdigest()[:12]
     new_leaves = tuple(lf if lf.kind == "scalar" else replace(lf, layout=k) for lf, k in zip(s.leaves, kinds))

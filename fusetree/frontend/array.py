@@ -657,6 +657,9 @@ _TEMPORARY_REFS = _RefProbe.count
 _HAS_DTYPE = (Array, np.ndarray, np.generic)
 
 
+_TOO_DEEP = config.MAX_TREE_DEPTH << _nm.DEPTH_SHIFT
+
+
 def wrap(node: Node) -> Array:
     """A new Array over ``node`` (registered as pending unless it is memory or a scalar)."""
     a = _new(Array)
@@ -666,6 +669,8 @@ def wrap(node: Node) -> Array:
     if node.leaves or node.op == "matmul":
         r = a._pref = _ref(a, _drop)
         _PENDING[id(r)] = r
+        if node.flags >= _TOO_DEEP:  # a long chain of pending ops (a loop that never reads): run it
+            engine.realize((a,))
     else:
         a._pref = None
     return a

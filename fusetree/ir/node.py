@@ -29,6 +29,11 @@ from . import dtypes
 REDUCE = 1  # a reduction is in the tree
 GEMM = 2  # a pending GEMM is a leaf of the tree
 EXPAND = 4  # a reduced value is broadcast back (an ``expand`` node) in the tree
+# Above the flag bits, ``flags`` counts the tree's depth (op levels above its deepest leaf): the max of
+# two flags words is the one with the deeper tree, so a node's depth costs one compare and one add.
+DEPTH_SHIFT = 8
+FLAG_BITS = (1 << DEPTH_SHIFT) - 1
+ONE_LEVEL = 1 << DEPTH_SHIFT
 
 # the IR verifier runs on every op node built (tests turn it on: FUSETREE_VERIFY=1)
 VERIFY = os.environ.get("FUSETREE_VERIFY", "") not in ("", "0")
@@ -93,7 +98,7 @@ class Node:
     leaves: tuple[Node, ...]  # distinct leaves in kernel-argument order; () for a leaf itself
     uid: int  # creation order
     device: str  # "" for scalars
-    flags: int  # REDUCE | GEMM | EXPAND
+    flags: int  # REDUCE | GEMM | EXPAND, and the depth above DEPTH_SHIFT (see ``depth``)
     lo: int  # smallest uid of an op node in this tree (the live-value search's range filter)
     mask: int  # a 64-bit Bloom mask of the leaves: no common bit means no shared leaf
     memo: Any  # a pending GEMM's result once computed
@@ -317,17 +322,19 @@ def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None
         for a in args:
             out += a.leaves or (a,)
         return out, None
-    # the first operand's leaves are distinct already: taken whole, indexed in one pass
+    # the first operand's leaves are distinct already: taken whole, indexed in one pass. A leaf is
+    # shared when the same object comes twice, scalars included: a subtree used twice brings its
+    # scalars twice (``y = y * 2.0 - y * 0.5`` in a loop would otherwise double them every level)
     first = args[0].leaves or (args[0],)
     leaves: list[Node] = list(first)
-    index: dict[int, int] = {id(leaf): j for j, leaf in enumerate(first) if leaf.op != "scalar"}
+    index: dict[int, int] = {id(leaf): j for j, leaf in enumerate(first)}
     maps = [tuple(range(len(first)))]
     total = len(first)
     for a in args[1:]:
         m = []
         for leaf in a.leaves or (a,):
             total += 1
-            j = None if leaf.op == "scalar" else index.get(id(leaf))  # scalars: mask 0, never shared
+            j = index.get(id(leaf))
             if j is None:
                 j = index[id(leaf)] = len(leaves)
                 leaves.append(leaf)
@@ -355,20 +362,24 @@ def make_op(op: str, args: tuple[Node, ...], dtype: np.dtype, shape: tuple[int, 
         else:
             leaves, sharing = (a0.leaves or (a0,)) + (a1.leaves or (a1,)), None
         ckeys: tuple = (a0.key, a1.key)
-        flags = a0.flags | a1.flags
+        f0, f1 = a0.flags, a1.flags
+        flags = ((f0 | f1) & FLAG_BITS) | ((f0 if f0 > f1 else f1) & ~FLAG_BITS) + ONE_LEVEL
         lo = a0.lo if a0.lo < a1.lo else a1.lo
         mask = a0.mask | a1.mask
     else:
         leaves, sharing = merge_leaves(args)
         ckeys = tuple([a.key for a in args])
-        flags = 0
+        flags = deepest = 0
         lo = 1 << 62
         mask = 0
         for a in args:
             flags |= a.flags
+            if a.flags > deepest:
+                deepest = a.flags
             mask |= a.mask
             if a.lo < lo:
                 lo = a.lo
+        flags = (flags & FLAG_BITS) | (deepest & ~FLAG_BITS) + ONE_LEVEL
     if op == "reduce":
         flags |= REDUCE
     elif op == "expand":
@@ -390,6 +401,11 @@ def make_op(op: str, args: tuple[Node, ...], dtype: np.dtype, shape: tuple[int, 
     if VERIFY:
         verify(n)
     return n
+
+
+def depth(node: Node) -> int:
+    """Op levels above the node's deepest leaf (0 for a leaf)."""
+    return node.flags >> DEPTH_SHIFT
 
 
 def has_reduce(node: Node) -> bool:
@@ -419,6 +435,7 @@ def verify(node: Node) -> None:
         arrays = [x for x in n.leaves if x.op != "scalar"]
         assert len(set(map(id, arrays))) == len(arrays)
         assert bool(n.flags & REDUCE) == (n.op == "reduce" or any(a.flags & REDUCE for a in n.args))
+        assert depth(n) == 1 + max(depth(a) for a in n.args), (depth(n), [depth(a) for a in n.args])
         if n.op in ("reduce", "expand"):
             (a,) = n.args
             assert a.device == n.device and n.attrs is not None

@@ -29,7 +29,6 @@ from .. import config
 from ..errors import ShapeError
 from ..ir.node import (
     EXPAND,
-    KEY_DESCRIPTIONS,
     REDUCE,
     Buffer,
     Node,
@@ -67,25 +66,12 @@ def node_at(root: Node, path: tuple[int, ...]) -> Node:
     return n
 
 
-def key_text(k: int) -> str:
-    """The full structural key behind int key ``k``, as readable stable text."""
-    t = KEY_DESCRIPTIONS[k]
-    if t[0] in ("buffer", "scalar"):
-        return ":".join(str(x) for x in t)
-    if t[0] == "matmul":
-        return f"matmul:{t[1]}:{t[2]}({', '.join(key_text(c) for c in t[3])})"
-    op, dt, attrs, kids, sharing = t
-    a = ("," + ",".join(str(x) for x in attrs)) if attrs else ""
-    s = ("|share=" + str(sharing)) if sharing else ""
-    return f"{op}[{dtype_name(dt)}{a}]({', '.join(key_text(c) for c in kids)}{s})"
-
-
 def dtype_name(dt: np.dtype) -> str:
     return dt.str.lstrip("<>|=")
 
 
 def spec_for(roots: Sequence[Node], paths: Sequence[Path], leaves: Sequence[Node], out_layouts: Sequence[str],
-             target: str, tag: str, sharing: object = None, frame: tuple | None = None,
+             target: str, tag: str, frame: tuple | None = None,
              leaf_layouts: Sequence[str] | None = None, ndim: int | None = None,
              out_dtypes: Sequence[np.dtype] | None = None) -> KernelSpec:  # fmt: skip
     """The KernelSpec computing ``roots`` (all of one shape) and the nodes at ``paths``.
@@ -117,18 +103,34 @@ def spec_for(roots: Sequence[Node], paths: Sequence[Path], leaves: Sequence[Node
         LeafSpec("scalar", x.dtype, "", x.weak) if x.op == "scalar" else LeafSpec("buffer", x.dtype, lay)  # type: ignore[attr-defined]
         for x, lay in zip(leaves, lays)
     )
-    text = (
-        f"{tag};v{config.CODEGEN_VERSION};roots=[{'; '.join(key_text(r.key) for r in roots)}];"
-        f"outs={list(paths)};layouts={list(out_layouts)};share={sharing}"
-    )
-    if frame is not None:
-        text += f";frame={frame};leaves={lays}"
-    if out_dtypes is not None:
-        text += f";out_dtypes={[dtype_name(d) for d in out_dtypes]}"
     nd = len(roots[0].shape) if ndim is None else ndim
-    text += f";ndim={nd}"  # a tree of scalars has no buffer leaf whose key would carry the rank
+    text = spec_text(tag, nd, leaf_specs, ops, outs, frame)
     name = "ft_" + hashlib.sha1(text.encode()).hexdigest()[:12]
     return KernelSpec(name, text, nd, leaf_specs, tuple(ops), tuple(outs), frame)
+
+
+def spec_text(tag: str, ndim: int, leaves: Sequence[LeafSpec], ops: Sequence[OpSpec], outs: Sequence[OutSpec],
+              frame: tuple | None) -> str:  # fmt: skip
+    """A kernel's key in every cache: the spec itself written out (everything code generation
+    reads, so equal texts render equal kernels), one entry per distinct op: its length grows with
+    the DAG, not with the tree it unfolds to (a value used twice per level doubles the tree)."""
+
+    def leaf(lf: LeafSpec) -> str:
+        if lf.kind == "scalar":
+            return f"s:{lf.weak.__name__}" if lf.weak is not None else f"s:{dtype_name(lf.dtype)}"
+        return f"{dtype_name(lf.dtype)}:{lf.layout}"
+
+    def op(o: OpSpec) -> str:
+        a = ("," + ",".join(str(x) for x in o.attrs)) if o.attrs else ""
+        return f"{o.op}[{dtype_name(o.dtype)}{a}]({','.join(f'{k}{i}' for k, i in o.args)})"
+
+    body = "; ".join(f"t{j}={op(o)}" for j, o in enumerate(ops))
+    out = ", ".join(f"{o.ref[0]}{o.ref[1]}:{dtype_name(o.dtype)}:{o.layout}" for o in outs)
+    text = (
+        f"{tag};v{config.CODEGEN_VERSION};ndim={ndim};leaves=[{', '.join(leaf(x) for x in leaves)}];"
+        f"ops=[{body}];outs=[{out}]"
+    )
+    return text if frame is None else text + f";frame={frame}"
 
 
 def leaf_layout(x: Node) -> str:
@@ -199,8 +201,8 @@ class _Planner:
 
     def kernel(self, roots: list[Node], paths: list[Path], outs: list[OutRef], layouts: list[str],
                shape: tuple[int, ...], geometry: tuple | None = None) -> None:  # fmt: skip
-        leaves, sharing = merge_leaves(tuple(roots))
-        spec = spec_for(roots, paths, leaves, layouts, self.target.name, self.target.tag, sharing)
+        leaves, _ = merge_leaves(tuple(roots))
+        spec = spec_for(roots, paths, leaves, layouts, self.target.name, self.target.tag)
         if self.target.count_params(spec) > self.target.max_params:
             self.split_kernel(roots, paths, outs, layouts, shape)
             return
@@ -380,7 +382,7 @@ class _Planner:
             olays = ["acc"]
         else:
             olays = ["full" if n.shape == full else "row" for n in nodes]
-        spec = spec_for([root], paths, leaves, olays, self.target.name, self.target.tag, None,
+        spec = spec_for([root], paths, leaves, olays, self.target.name, self.target.tag,
                         (axes, bool(partial)), lays, len(full), [acc] if acc is not None else None)  # fmt: skip
         n_params = self.target.count_params(spec)
         if n_params > self.target.max_params:
@@ -526,7 +528,7 @@ def frame_spec(root: Node, target: str, tag: str) -> KernelSpec | None:
     leaves = root.leaves
     lays = ["" if x.op == "scalar" else ("full" if x.shape == full else "row") for x in leaves]
     olays = ["full" if root.shape == full else "row"]
-    return spec_for([root], [(0, ())], leaves, olays, target, tag, None, (axes, False), lays, len(full))
+    return spec_for([root], [(0, ())], leaves, olays, target, tag, (axes, False), lays, len(full))
 
 
-__all__ = ["PlanTarget", "frame_spec", "key_text", "node_at", "plan", "replace", "spec_for"]
+__all__ = ["PlanTarget", "frame_spec", "node_at", "plan", "replace", "spec_for"]
