@@ -267,6 +267,16 @@ def random_program(seed: int, n_stmts: int | None = None, narrow: bool = False) 
         at = int(extra.integers(0, len(prog.stmts) + 1))
         k, j = (int(extra.integers(0, len(inputs))) for _ in range(2))
         prog.stmts.insert(at, ("gsum", k, j, int(extra.integers(1, 4)), bool(extra.random() < 0.5)))
+    # a loop updating an argument many times without reading it: a chain deeper than one kernel
+    # takes (config.MAX_TREE_DEPTH), or a value used twice per step (a DAG whose tree doubles every
+    # level); the result is rebound or stored into the argument
+    extra = np.random.default_rng(seed + 9_999_999)
+    if extra.random() < 0.2:
+        at = int(extra.integers(0, len(prog.stmts) + 1))
+        shared = bool(extra.random() < 0.5)
+        n = 30 if shared else int(extra.choice([70, 140]))
+        k = int(extra.integers(0, len(inputs)))
+        prog.stmts.insert(at, ("loop", k, n, shared, bool(extra.random() < 0.5)))
     return prog
 
 
@@ -349,6 +359,15 @@ def run_program(prog: Program, xp: Any, args: list[Any]) -> tuple:
                     term = x[lo:hi].T @ y[lo:hi]
                     acc = term if acc is None else acc + term
                 sums.append(acc)
+        elif kind == "loop":
+            _, k, n, shared, inplace = st
+            y = env[k]
+            for _ in range(n):
+                y = y * 1.75 - y * 0.8 if shared else y * 0.97 + 0.03
+            if inplace:
+                env[k][...] = y
+            else:
+                env[k] = y
     return tuple(env[k] for k in made) + tuple(sums)
 
 
@@ -425,6 +444,17 @@ def describe(prog: Program) -> str:
             lines.append(
                 f"extra = sum({x}[r].T @ {y}[r] for r in {parts} row blocks, {order})  # if 2-D, same rows"
             )
+        elif kind == "loop":
+            _, k, n, shared, inplace = st
+            step = "y * 1.75 - y * 0.8" if shared else "y * 0.97 + 0.03"
+            lines.append(f"y = {names[k]}")
+            lines.append(f"for _ in range({n}): y = {step}")
+            if inplace:
+                lines.append(f"{names[k]}[...] = y")
+            else:
+                new = f"{names[k]}'"
+                lines.append(f"{new} = y")
+                names[k] = new
         else:
             lines.append(f"ft.evaluate({', '.join(names[k] for k in st[1])})")
     return "\n".join(lines)
