@@ -118,6 +118,9 @@ class Trace:
     replayed: Any = None  # the _LastCall of the arguments the last complete ft.jit replay ran on
     whole: list[bool] = field(default_factory=list)  # per result: a kernel's fresh output, entire
     private: set[int] = field(default_factory=set)  # staged arguments whose address changed: copied
+    # a replay on the previous replay's very arguments, when every op is a host launch whose binding
+    # holds but for its fresh outputs (see _fast_program): None undecided, False not possible
+    fast: Any = None
 
     @property
     def written_inputs(self) -> tuple[int, ...]:
@@ -325,7 +328,10 @@ class JitFunction:
         ):  # the previous call's positional arrays, over the same buffers: nothing to flatten
             if self.graph:
                 return self._graph_replay(last.trace, args, last)
-            return self._replay_call(last.trace, args, last)
+            trace = last.trace
+            if trace.fast and trace.replayed is last:  # and the previous replay ran to the end
+                return self._replay_fast(trace, trace.fast)
+            return self._replay_call(trace, args, last)
         nums, names = self.static_argnums, self.static_argnames
         if nums or names:
             static: tuple[tuple[Any, Any], ...] = tuple((i, a) for i, a in enumerate(args) if i in nums)
@@ -503,6 +509,12 @@ class JitFunction:
         roots), buffers the trace allocates are reused instead: what a graph capture needs.
         ``same``: ``args`` are the very arrays of the previous replay, which ran to the end (a
         launch that reads and writes only arguments is launched without re-patching)."""
+        if same and fixed is None and count:
+            fast = trace.fast
+            if fast is None:
+                fast = _fast_program(trace)
+            if fast:
+                return self._replay_fast(trace, fast)
         be = backends.get(trace.device)
         if same and fixed is None:  # the previous replay's arguments and constants, as they were
             roots: list[Any] = list(self._last_roots)
@@ -583,6 +595,62 @@ class JitFunction:
                         wrap(make_buffer(be.view_at(r, d.offset, d.shape, d.strides, d.dtype), trace.device))
                     )
         return pytree.unflatten(trace.out_tree, results)
+
+    def _replay_fast(self, trace: Trace, prog: list[tuple]) -> Any:
+        """:meth:`_replay` on the previous replay's very arguments, for a trace of host launches
+        whose bound argument lists hold but for their fresh outputs: allocate those, call, wrap."""
+        roots = list(self._last_roots)
+        for launch, call, fresh in prog:
+            vals = launch.vals
+            for slot, r, shape, dtype, form in fresh:
+                o = roots[r] = np.empty(shape, dtype)
+                vals[slot] = o if form == 1 else o.reshape(-1) if form == 2 else o.view(np.uint16).reshape(-1)
+            if call is None:
+                launch.launcher(launch.n, vals)
+            else:
+                call(*vals)
+            for slot, _, _, _, _ in fresh:
+                vals[slot] = None  # (the caller owns the result; the list must not keep it alive)
+        n = len(prog)
+        STATS["launches"] += n
+        STATS["kernels"] += n
+        STATS["replays"] += 1
+        self._last_roots = roots
+        device = trace.device
+        results = [
+            v if d is None else wrap(make_contiguous(roots[d.root], device, d.shape, d.dtype))
+            for d, v in trace.results
+        ]
+        return results[0] if trace.out_tree is pytree.LEAF else pytree.unflatten(trace.out_tree, results)
+
+
+def _fast_program(trace: Trace) -> list[tuple] | bool | None:
+    """What :meth:`JitFunction._replay_fast` runs: per op (launch, its kernel function to call
+    directly or None for the launcher, fresh outputs (slot, root, shape, dtype, form)). None
+    while a launch has no bound argument list yet (the next general replay makes it); False (kept)
+    for a trace that needs the general replay: a device launch, a GEMM, a copy, a launch reading
+    another's output, a created array, or a result that is not a fresh output entire."""
+    prepared = trace.prepared
+    if prepared is None:
+        return None
+    if trace.allocs or not all(d is None or w for (d, _), w in zip(trace.results, trace.whole)):
+        trace.fast = False
+        return False
+    prog = []
+    for launch in prepared:
+        if launch is None or launch.params is not None or launch.fresh is None:
+            trace.fast = False
+            return False
+        if launch.vals is None:
+            return None
+        k = launch.launcher
+        call = None if k.parallel and launch.n >= k.min_par else k.fn
+        # how the kernel takes the output: 1 the array itself (1-D), 2 a 1-D view, 3 its float16 bits
+        fresh = [(slot, r, shape, dtype, 3 if dtype == np.float16 else 1 if len(shape) == 1 else 2)
+                 for slot, r, shape, dtype in launch.fresh]  # fmt: skip
+        prog.append((launch, call, fresh))
+    trace.fast = prog
+    return prog
 
 
 def _bind_args(be: Any, inputs: tuple[Arg, ...], roots: list[Any], frame: bool) -> list[Any]:
