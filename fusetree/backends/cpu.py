@@ -592,6 +592,8 @@ def _flat_view(v: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...], bool]:
     recorded against one view may reach memory of the allocation outside it (overlapping
     arguments of ft.jit)."""
     item = v.itemsize
+    if v.base is None and v.flags.c_contiguous and v.size:  # an allocation of its own (a fresh output)
+        return v.reshape(-1), 0, tuple([s // item for s in v.strides]), False
     b = _root_of(v)
     if b.flags.c_contiguous and b.size:
         off = byte_offset(v, b)
