@@ -592,17 +592,18 @@ def _flat_view(v: np.ndarray) -> tuple[np.ndarray, int, tuple[int, ...], bool]:
     recorded against one view may reach memory of the allocation outside it (overlapping
     arguments of ft.jit)."""
     item = v.itemsize
+    estrides = tuple([s // item for s in v.strides])
     if v.base is None and v.flags.c_contiguous and v.size:  # an allocation of its own (a fresh output)
-        return v.reshape(-1), 0, tuple([s // item for s in v.strides]), False
+        return v.reshape(-1), 0, estrides, False
     b = _root_of(v)
     if b.flags.c_contiguous and b.size:
         off = byte_offset(v, b)
-        if off % item == 0 and all(s % item == 0 for s in v.strides):
+        if off % item == 0 and not any([s % item for s in v.strides]):
             if b.dtype == v.dtype:
-                return b.reshape(-1), off // item, tuple(s // item for s in v.strides), False
+                return b.reshape(-1), off // item, estrides, False
             raw = b.reshape(-1).view(np.uint8)
             flat = raw[: raw.size - raw.size % item].view(v.dtype)
-            return flat, off // item, tuple(s // item for s in v.strides), False
+            return flat, off // item, estrides, False
     c = np.ascontiguousarray(v)  # unusual base (foreign buffer, odd strides): use a copy
     return c.reshape(-1), 0, tuple(s // item for s in c.strides), True
 

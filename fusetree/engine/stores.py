@@ -29,6 +29,7 @@ from __future__ import annotations
 import bisect
 import os
 import sys
+from bisect import bisect_left as _bisect_left
 from typing import Any
 
 from .. import config
@@ -82,16 +83,14 @@ def _overlapping(lo: int, hi: int) -> bool:
     return i >= 0 and _HIS[i] > lo
 
 
-def _watch(args: tuple) -> None:
-    """Called when an op node is made while stores are queued: an operand reading a queued
-    target's memory (a view taken before the store, another wrapper) flushes first, so the new
-    expression sees the stored data."""
-    for a in args:
-        if a.op == "buffer":
-            lo, hi = a.span  # type: ignore[attr-defined]
-            if _overlapping(lo, hi):
-                flush()
-                return
+def _watch(node: Any) -> None:
+    """Called with each buffer operand of an op node made while stores are queued: an operand
+    reading a queued target's memory (a view taken before the store, another wrapper) flushes
+    first, so the new expression sees the stored data."""
+    lo, hi = node.span
+    i = _bisect_left(_LOS, hi) - 1  # (_overlapping inline: once per buffer operand of every op)
+    if i >= 0 and _HIS[i] > lo:
+        flush()
 
 
 def defer(arr: Any, value: Any, prepare: Any) -> bool:

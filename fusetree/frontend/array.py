@@ -839,7 +839,7 @@ def _watch(*operands: Any) -> None:
         watch = _nm.WATCH
         if watch is None:  # flushed by an earlier operand
             return
-        watch((n,))
+        watch(n)
 
 
 _BCAST: dict[tuple, tuple] = {}

@@ -66,8 +66,8 @@ def row_shapes(full: tuple[int, ...], axes: Sequence[int]) -> tuple[tuple[int, .
 def reduce(kind: str, x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Array:
     """Reduction ``kind`` (a row of :data:`fusetree.ops.REDUCTIONS`) of ``x`` over ``axis``."""
     a = asarray(x)
-    if _nm.WATCH is not None:  # deferred stores are queued: see frontend.array._watch
-        _nm.WATCH((a._node,))
+    if _nm.WATCH is not None and a._node.op == "buffer":  # stores are queued: see array._watch
+        _nm.WATCH(a._node)
     if dtype is not None:
         a = a.astype(dtype)
     index = REDUCTIONS[kind].index

@@ -345,8 +345,8 @@ def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None
     return tuple(leaves), tuple(maps)
 
 
-# Set by the engine while deferred stores are queued; the frontend calls it with a new op's operand
-# nodes (an operand reading a queued store's target memory flushes it first: engine.stores).
+# Set by the engine while deferred stores are queued; the frontend calls it with each buffer operand
+# of a new op (an operand reading a queued store's target memory flushes it first: engine.stores).
 # Internal rebuilds of existing trees (views pushed to leaves, planning) do not call it.
 WATCH: Any = None
 
