@@ -715,3 +715,39 @@ def test_host_uploads_are_private_copies(rng):
                 got.view(np.uint32), (want if view is src else want.T).view(np.uint32)
             )
             src[...] = want
+
+
+def test_deep_chains_and_shared_dags_on_gpu(rng):
+    """A chain deeper than config.MAX_TREE_DEPTH (eager, ft.jit, deferred stores) and a value used
+    twice per step (one kernel over the DAG) on CuPy arrays."""
+    import cupy as cp
+
+    x = rng.uniform(0.5, 1.5, (33, 5)).astype(np.float32)
+    want = x.copy()
+    for _ in range(300):
+        want = want * np.float32(0.999) + np.float32(0.01)
+    y = ft.asarray(cp.asarray(x))
+    for _ in range(300):
+        y = y * 0.999 + 0.01
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5)
+
+    def chain(a):
+        for _ in range(300):
+            a = a * 0.999 + 0.01
+        return a
+
+    f = ft.jit(chain)
+    for _ in range(3):
+        np.testing.assert_allclose(f(ft.asarray(cp.asarray(x))).numpy(), want, rtol=1e-5)
+    m = ft.asarray(cp.asarray(x))
+    with ft.options(defer_stores=True):
+        for _ in range(300):
+            m[...] = m * 0.999 + 0.01
+    np.testing.assert_allclose(m.numpy(), want, rtol=1e-5)
+    y, r = ft.asarray(cp.asarray(x)), x.copy()
+    for _ in range(40):
+        y = y * 1.75 - y * 0.75
+        r = r * np.float32(1.75) - r * np.float32(0.75)
+    ft.reset_stats()
+    np.testing.assert_allclose(y.numpy(), r, rtol=1e-5)
+    assert ft.stats()["launches"] == 1

@@ -968,11 +968,14 @@ def _weak_ints(name: str, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
 
 
 def _foldable(nodes: tuple[Node, ...], dt: np.dtype, shape: tuple[int, ...]) -> bool:
-    if len(nodes) != 2 or not all(n.op == "matmul" and n.memo is None for n in nodes):
+    if len(nodes) != 2:
         return False
-    if any(n.shape != shape or n.dtype != dt for n in nodes):
+    a, b = nodes
+    if a.op != "matmul" or b.op != "matmul" or a.memo is not None or b.memo is not None:
         return False
-    return bool(backends.get(nodes[0].device).gemm_accumulate)
+    if a.shape != shape or b.shape != shape or a.dtype != dt or b.dtype != dt:
+        return False
+    return bool(backends.get(a.device).gemm_accumulate)
 
 
 def _gemm_sum(a: Node, b: Node, shape: tuple[int, ...], dt: np.dtype) -> Node:
@@ -986,7 +989,15 @@ def _gemm_sum(a: Node, b: Node, shape: tuple[int, ...], dt: np.dtype) -> Node:
     for i in range(0, len(bargs), 2):
         x, y = bargs[i], bargs[i + 1]
         p, q = args[-2], args[-1]
-        joined = be.join_k(p.data, q.data, x.data, y.data, (p.ptr, q.ptr, x.ptr, y.ptr))  # type: ignore[attr-defined]
+        pd, xd = p.data, x.data  # type: ignore[attr-defined]
+        pp, xp = p.ptr, x.ptr  # type: ignore[attr-defined]
+        # the left operands must be adjacent column blocks (x@W + h@U of two arrays never are):
+        # join_k's first test, before its call and the right operands' checks
+        if (pd.ndim != 2 or xd.ndim != 2
+                or (xp != pp + pd.shape[1] * pd.strides[1] and pp != xp + xd.shape[1] * xd.strides[1])):  # fmt: skip
+            args += (x, y)
+            continue
+        joined = be.join_k(pd, q.data, xd, y.data, (pp, q.ptr, xp, y.ptr))  # type: ignore[attr-defined]
         if joined is None:
             args += (x, y)
         else:

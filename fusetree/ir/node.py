@@ -290,7 +290,7 @@ def make_gemm_sum(args: tuple[Node, ...], shape: tuple[int, ...], dtype: np.dtyp
     """A pending sum of GEMMs ``args[0] @ args[1] + args[2] @ args[3] + ...`` (operand buffers in
     pairs): the first product writes the output, each later one accumulates into it (beta = 1)."""
     a = args[0]
-    key = intern_key(("matmul", dtypes.SHORT[dtype], len(shape), tuple(x.key for x in args)))
+    key = intern_key(("matmul", dtypes.SHORT[dtype], len(shape), tuple([x.key for x in args])))
     n = _new_node(Node)
     uid = next(_uids)
     n.op, n.dtype, n.shape, n.args, n.attrs, n.key, n.leaves, n.uid = (
