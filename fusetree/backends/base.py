@@ -109,6 +109,16 @@ class Backend:
         """Whether views ``a`` and ``b`` lie in one allocation (False when unknown)."""
         return False
 
+    @staticmethod
+    def adjacent_columns(a1: Any, a2: Any, p1: int, p2: int) -> bool:
+        """Whether 2-D views ``a1`` and ``a2`` (element-0 addresses ``p1``, ``p2``) are adjacent
+        column blocks, in either order: :meth:`join_k`'s first test, cheap enough to run before it."""
+        return (
+            a1.ndim == 2
+            and a2.ndim == 2
+            and (p2 == p1 + a1.shape[1] * a1.strides[1] or p1 == p2 + a2.shape[1] * a2.strides[1])
+        )
+
     def join_k(
         self, a1: Any, b1: Any, a2: Any, b2: Any, ptrs: tuple[int, int, int, int]
     ) -> tuple[Any, Any] | None:
@@ -119,7 +129,8 @@ class Backend:
 
         A backward pass through time sums ``h[t-1].T @ dgates[t]`` over the steps; when ``h`` and
         ``dgates`` are row blocks of two buffers, the sum is one GEMM over all steps, as in cuDNN."""
-        if a1.ndim != 2 or b1.ndim != 2 or a2.ndim != 2 or b2.ndim != 2:
+        pa1, pb1, pa2, pb2 = ptrs
+        if not self.adjacent_columns(a1, a2, pa1, pa2) or b1.ndim != 2 or b2.ndim != 2:
             return None
         sa, sb = a1.strides, b1.strides
         if a2.strides != sa or b2.strides != sb or sa[1] == 0 or sb[0] == 0:
@@ -131,7 +142,6 @@ class Backend:
             or b1.dtype != b2.dtype
         ):
             return None
-        pa1, pb1, pa2, pb2 = ptrs
         k1, k2 = a1.shape[1], a2.shape[1]
         if pa2 == pa1 + k1 * sa[1] and pb2 == pb1 + k1 * sb[0]:
             fa, fb = a1, b1

@@ -299,6 +299,11 @@ class CPULauncher:
         self.flat = flat  # one flat size argument (else one per dimension)
         self.source = ""
 
+    def direct(self, n: int) -> Any:
+        """The compiled function a launch of ``n`` elements calls with its arguments alone (the
+        serial one), or None when it takes the parallel variant (through ``__call__``)."""
+        return None if n >= self.min_par and self.parallel else self.fn
+
     def __call__(self, n: int, args: list) -> None:
         if n >= self.min_par and self.parallel:
             if self.par is None:

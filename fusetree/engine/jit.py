@@ -643,8 +643,7 @@ def _fast_program(trace: Trace) -> list[tuple] | bool | None:
             return False
         if launch.vals is None:
             return None
-        k = launch.launcher
-        call = None if k.parallel and launch.n >= k.min_par else k.fn
+        call = launch.launcher.direct(launch.n)
         # how the kernel takes the output: 1 the array itself (1-D), 2 a 1-D view, 3 its float16 bits
         fresh = [(slot, r, shape, dtype, 3 if dtype == np.float16 else 1 if len(shape) == 1 else 2)
                  for slot, r, shape, dtype in launch.fresh]  # fmt: skip

@@ -29,7 +29,6 @@ from __future__ import annotations
 import bisect
 import os
 import sys
-from bisect import bisect_left as _bisect_left
 from typing import Any
 
 from .. import config
@@ -88,8 +87,7 @@ def _watch(node: Any) -> None:
     reading a queued target's memory (a view taken before the store, another wrapper) flushes
     first, so the new expression sees the stored data."""
     lo, hi = node.span
-    i = _bisect_left(_LOS, hi) - 1  # (_overlapping inline: once per buffer operand of every op)
-    if i >= 0 and _HIS[i] > lo:
+    if _overlapping(lo, hi):
         flush()
 
 

@@ -991,10 +991,7 @@ def _gemm_sum(a: Node, b: Node, shape: tuple[int, ...], dt: np.dtype) -> Node:
         p, q = args[-2], args[-1]
         pd, xd = p.data, x.data  # type: ignore[attr-defined]
         pp, xp = p.ptr, x.ptr  # type: ignore[attr-defined]
-        # the left operands must be adjacent column blocks (x@W + h@U of two arrays never are):
-        # join_k's first test, before its call and the right operands' checks
-        if (pd.ndim != 2 or xd.ndim != 2
-                or (xp != pp + pd.shape[1] * pd.strides[1] and pp != xp + xd.shape[1] * xd.strides[1])):  # fmt: skip
+        if not be.adjacent_columns(pd, xd, pp, xp):  # (x@W + h@U of two arrays never joins)
             args += (x, y)
             continue
         joined = be.join_k(pd, q.data, xd, y.data, (pp, q.ptr, xp, y.ptr))  # type: ignore[attr-defined]
