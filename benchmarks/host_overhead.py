@@ -137,6 +137,9 @@ def run(device: str, quick: bool) -> list[dict]:
         raw = raw_driver_launch(rk, A, B, C, out, N)
         if raw is not None:
             row("evaluate(a*b+c), 4096 f32", "raw cuLaunchKernel (prepacked)", t(raw))
+        raw_cy = raw_driver_launch(rk, A, B, C, out, N, cython=True)
+        if raw_cy is not None:
+            row("evaluate(a*b+c), 4096 f32", "raw cuLaunchKernel (prepacked, Cython)", t(raw_cy))
         try:
             import torch
 
@@ -230,8 +233,9 @@ def run(device: str, quick: bool) -> list[dict]:
     return rows
 
 
-def raw_driver_launch(rk, A, B, C, out, N):
-    """A prepacked cuLaunchKernel of CuPy's compiled RawKernel through ctypes: the floor."""
+def raw_driver_launch(rk, A, B, C, out, N, cython=False):
+    """A prepacked cuLaunchKernel of CuPy's compiled RawKernel through ctypes (or, ``cython``,
+    through CuPy's typed Cython binding, which fusetree launches with): the floor."""
     try:
         import ctypes
 
@@ -247,9 +251,18 @@ def raw_driver_launch(rk, A, B, C, out, N):
         launch.argtypes = [vp, u, u, u, u, u, u, u, vp, vp, vp]
         grid = (N + 255) // 256
 
-        def go():
+        def go(keep=(vals, params)):  # the closure keeps the packed values and pointer array alive
             launch(fn, grid, 1, 1, 256, 1, 1, 0, cp.cuda.get_current_stream().ptr, params, None)
 
+        if cython:
+            from cupy_backends.cuda.api.driver import launchKernel
+
+            pp = ctypes.addressof(params)
+
+            def go_cy(keep=(vals, params)):
+                launchKernel(fn, grid, 1, 1, 256, 1, 1, 0, cp.cuda.get_current_stream().ptr, pp, 0)
+
+            return go_cy
         return go
     except Exception:
         return None

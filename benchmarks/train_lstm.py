@@ -18,6 +18,7 @@ math (float32, no TF32), same initialization, same batches, same clipping and Ad
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import math
 import os
@@ -235,12 +236,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 torch.cuda.synchronize()
             times.append((time.perf_counter() - t0) / a.steps)
         med = statistics.median(times)
-        launches = None
-        if mode.startswith("fusetree") and a.device != "cuda":
+        launches = own = None
+        if mode.startswith("fusetree"):  # fusetree's own count: its kernels, GEMM calls and copies
             ft.reset_stats()
             one(0)
             sync(a.device)
-            launches = ft.stats()["launches"] / T
+            st = ft.stats()
+            own = {k: st[k] / T for k in ("launches", "kernels", "gemms", "copies")}
+            if a.device != "cuda":
+                launches = own["launches"]
         busy = busy_unprofiled = None
         if a.device == "cuda" and torch is not None:
 
@@ -259,9 +263,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     run_steps(1)
-                launches = sum(1 for e in prof.events() if e.device_type.name == "CUDA") / T
+                names = collections.Counter(e.name for e in prof.events() if e.device_type.name == "CUDA")
+                launches = sum(names.values()) / T
+                top = ", ".join(f"{n[:60]} {c / T:.2f}" for n, c in names.most_common(8))
+                print(f"{mode}: per time step, fusetree's count {own}; the profiler's kernels and "
+                      f"copies: {top}", file=sys.stderr, flush=True)  # fmt: skip
         rows.append({"mode": mode, "ms_per_step": med * 1e3, "tokens_per_s": T * B / med,
-                     "launches_per_time_step": launches, "gpu_busy": busy,
+                     "launches_per_time_step": launches, "fusetree_count_per_time_step": own, "gpu_busy": busy,
                      "kernel_time_over_unprofiled_wall": busy_unprofiled,
                      "loss_after_check": losses[mode][-1], "losses": losses[mode], "curve": curve})  # fmt: skip
         print(f"{mode}: {med * 1e3:.2f} ms/step", file=sys.stderr, flush=True)

@@ -41,7 +41,7 @@ from . import helpers, vector  # noqa: E402
 from .base import Backend, launch_dims, mapped, pow2_at_least, store_product  # noqa: E402
 from .cublas import CuBLAS, CuBLASLt  # noqa: E402
 from .diskcache import disk_cache_dir, read_disk_cache, save_source, write_disk_cache  # noqa: E402
-from .driver import Driver, LoadError, link_cubin  # noqa: E402
+from .driver import CUDADriverError, Driver, LoadError, launch_kernel, link_cubin  # noqa: E402
 
 _ndarray = cp.ndarray
 _Q = struct.Struct("=Q")
@@ -339,10 +339,18 @@ class CUDABackend(Backend):
         n = 1
         for s in shape:
             n *= s
-        if k.flat:
+        if k.flat:  # the common case, inline: one wave of resident blocks at most (elementwise_config)
             args.append(n)
-        else:
-            args.extend(shape if shape else (1,))
+            args.append(n)
+            k.packer.pack_into(k.buf, 0, *args)
+            grid = min(-(-n // (k.block * k.per_thread)), k.max_blocks) or 1
+            stream = _current_stream().ptr
+            try:
+                launch_kernel(k.func, grid, 1, 1, k.block, 1, 1, 0, stream, k.args, 0)
+            except CUDADriverError as e:
+                self._launch_failed(e.status, (k.func, grid, 1, 1, k.block, 1, 1, 0), stream, k.args, k.name)
+            return
+        args.extend(shape if shape else (1,))
         args.append(n)
         grid, block = self.elementwise_config(k, shape, n)
         self._launch(k, args, grid, block)
@@ -380,9 +388,10 @@ class CUDABackend(Backend):
         ``block`` are ints (1-D) or (x, y) pairs."""
         (gx, gy), (bx, by) = launch_dims(grid), launch_dims(block)
         stream = _current_stream().ptr
-        res = self.driver.launch_fn(k.func, gx, gy, 1, bx, by, 1, 0, stream, params, None)
-        if res != 0:
-            self._launch_failed(res, (k.func, gx, gy, 1, bx, by, 1, 0), stream, params, k.name)
+        try:
+            launch_kernel(k.func, gx, gy, 1, bx, by, 1, 0, stream, params, 0)
+        except CUDADriverError as e:
+            self._launch_failed(e.status, (k.func, gx, gy, 1, bx, by, 1, 0), stream, params, k.name)
 
     def _launch_failed(self, res: int, call: tuple, stream: int, params: int, name: str) -> None:
         """A ``cuLaunchKernel(*call, stream, params)`` that returned ``res``: with no current context
@@ -390,7 +399,11 @@ class CUDABackend(Backend):
         naming the kernel."""
         if res == 201:
             self.driver.lib.cuCtxSetCurrent(self.ctx)
-            res = self.driver.launch_fn(*call, stream, params, None)
+            try:
+                launch_kernel(*call, stream, params, 0)
+                return
+            except CUDADriverError as e:
+                res = e.status
         self.driver.check(res, f"cuLaunchKernel({name})")
 
     # -- reduction kernels --------------------------------------------------------------------
@@ -447,9 +460,10 @@ class CUDABackend(Backend):
         """One ``cuLaunchKernel`` of a prepared launch: every argument was packed before."""
         if stream is None:
             stream = _current_stream().ptr
-        res = self.driver.launch_fn(*params.call, stream, params.ptr, None)
-        if res != 0:
-            self._launch_failed(res, params.call, stream, params.ptr, params.name)
+        try:
+            launch_kernel(*params.call, stream, params.ptr, 0)
+        except CUDADriverError as e:
+            self._launch_failed(e.status, params.call, stream, params.ptr, params.name)
 
     # -- GEMM --------------------------------------------------------------------------------
     def _blas(self) -> CuBLAS:

@@ -1,11 +1,18 @@
-"""The few CUDA driver calls fusetree makes, through ctypes (numba's dispatcher costs 31-117 µs per
-launch in argument marshalling; a prepacked ``cuLaunchKernel`` costs ~5)."""
+"""The few CUDA driver calls fusetree makes (numba's dispatcher costs 31-117 µs per launch in
+argument marshalling; a prepacked ``cuLaunchKernel`` costs ~5). Kernel launches, the hot call, go
+through CuPy's typed Cython binding of ``cuLaunchKernel`` (no per-argument ctypes conversion); the
+rest through ctypes."""
 
 from __future__ import annotations
 
 import ctypes
 
+from cupy_backends.cuda.api.driver import CUDADriverError
+from cupy_backends.cuda.api.driver import launchKernel as launch_kernel
+
 from ..errors import DeviceError
+
+__all__ = ["CUDADriverError", "Driver", "LoadError", "launch_kernel", "link_cubin"]
 
 
 class Driver:
@@ -14,9 +21,7 @@ class Driver:
     def __init__(self) -> None:
         lib = ctypes.CDLL("libcuda.so.1")
         self.lib = lib
-        vp, u, i = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
-        lib.cuLaunchKernel.argtypes = [vp, u, u, u, u, u, u, u, vp, vp, vp]
-        lib.cuLaunchKernel.restype = i
+        vp, i = ctypes.c_void_p, ctypes.c_int
         lib.cuModuleLoadData.argtypes = [ctypes.POINTER(vp), ctypes.c_char_p]
         lib.cuModuleGetFunction.argtypes = [ctypes.POINTER(vp), vp, ctypes.c_char_p]
         lib.cuOccupancyMaxPotentialBlockSize.argtypes = [
@@ -33,7 +38,6 @@ class Driver:
         lib.cuDriverGetVersion.argtypes = [ctypes.POINTER(i)]
         lib.cuCtxGetCurrent.argtypes = [ctypes.POINTER(vp)]
         lib.cuCtxSetCurrent.argtypes = [vp]
-        self.launch_fn = lib.cuLaunchKernel
 
     def check(self, res: int, what: str) -> None:
         if res != 0:

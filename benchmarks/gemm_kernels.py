@@ -1,0 +1,39 @@
+"""Which device kernels one fusetree GEMM launches (torch.profiler sees fusetree's cuBLASLt calls):
+the char-LSTM step's products at B128 H512, forward (h @ Wh) and backward (dg @ Wh.T, h.T @ dg).
+
+    python benchmarks/gemm_kernels.py            # needs a CUDA GPU, CuPy and torch
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+
+
+def main() -> None:
+    import cupy as cp
+    from torch.profiler import ProfilerActivity, profile
+
+    from fusetree import backends
+
+    be = backends.get("cuda")
+    rng = np.random.default_rng(0)
+    B, H = 128, 512
+    h = cp.asarray(rng.standard_normal((B, H), dtype=np.float32))
+    W = cp.asarray(rng.standard_normal((H, 4 * H), dtype=np.float32))
+    g = cp.asarray(rng.standard_normal((B, 4 * H), dtype=np.float32))
+    cases = {"h @ Wh": (h, W), "dg @ Wh.T": (g, W.T), "h.T @ dg": (h.T, g)}
+    for name, (a, b) in cases.items():
+        be.gemm(a, b)  # the plan made (heuristic) outside the profile
+        cp.cuda.Device().synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                be.gemm(a, b)
+            cp.cuda.Device().synchronize()
+        names = collections.Counter(e.name for e in prof.events() if e.device_type.name == "CUDA")
+        print(f"{name} {a.shape}x{b.shape}: " + "; ".join(f"{c / 10:.1f}x {n}" for n, c in names.items()))
+
+
+if __name__ == "__main__":
+    main()
