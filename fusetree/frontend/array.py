@@ -55,7 +55,7 @@ class Tape(list):
         super().__init__()
         self.produced: set[int] = set(wrt)  # differentiated inputs count as produced
         self.whole: set[int] = set()
-        self.parts: dict[int, list] = {}
+        self.parts: dict[int, list] = {}  # node uid -> [(index key, its axis ranges or None)]
 
 
 TAPE: Tape | None = None
@@ -79,7 +79,8 @@ def record(op: str, inputs: tuple, attrs: tuple, out: Node) -> None:
     t.append((op, inputs, attrs, out))  # type: ignore[union-attr]
     t.produced.add(out.uid)  # type: ignore[union-attr]
     if op == "getitem" and inputs[0].op == "buffer":
-        t.parts.setdefault(inputs[0].uid, []).append(attrs[0])  # type: ignore[union-attr]
+        x = inputs[0]
+        t.parts.setdefault(x.uid, []).append((attrs[0], _axis_ranges(x.shape, attrs[0])))  # type: ignore[union-attr]
     else:
         for x in inputs:
             t.whole.add(x.uid)  # type: ignore[union-attr]
@@ -559,26 +560,56 @@ _ALL = slice(None)
 _INT_OR_NONE = (int, type(None))
 
 
-def _overlaps_any(shape: tuple[int, ...], key: Any, keys: Sequence[Any]) -> bool:
-    """Whether index view ``key`` of an array of ``shape`` shares an element with any of ``keys``."""
-    if not keys:
+def _overlaps_any(shape: tuple[int, ...], key: Any, parts: Sequence[tuple[Any, list[range] | None]]) -> bool:
+    """Whether index view ``key`` of an array of ``shape`` shares an element with any of ``parts``
+    (index keys read before, each with its :func:`_axis_ranges`, computed when it was read)."""
+    if not parts:
         return False
     a = _axis_ranges(shape, key)
-    if a is not None:
-        rest = [_axis_ranges(shape, k) for k in keys]
-        if all(r is not None for r in rest):  # disjoint when some axis's index sets are
-            return builtins.any(
-                builtins.all(not set(x).isdisjoint(y) for x, y in zip(a, r))  # type: ignore[arg-type]
-                for r in rest
-            )
-    mark = np.zeros(shape, np.bool_)
-    mark[key] = True
-    return builtins.any(bool(mark[k].any()) for k in keys)
+    a0 = a[0] if a else None
+    mark = None
+    for k, r in parts:
+        if a is not None and r is not None:  # disjoint when some axis's index sets are
+            if a0 is not None and not _ranges_meet(a0, r[0]):
+                continue  # the common case: x[t] written, x[s] read for other steps s
+            if builtins.all(_ranges_meet(x, y) for x, y in zip(a, r)):
+                return True
+            continue
+        if mark is None:
+            mark = np.zeros(shape, np.bool_)
+            mark[key] = True
+        if mark[k].any():
+            return True
+    return False
+
+
+def _ranges_meet(x: range, y: range) -> bool:
+    """Whether two index ranges share an index (interval arithmetic for unit steps)."""
+    if not x or not y:
+        return False
+    if len(x) == 1:
+        return x[0] in y  # O(1) for ranges
+    if len(y) == 1:
+        return y[0] in x
+    if abs(x.step) == 1 and abs(y.step) == 1:
+        (xl, xh), (yl, yh) = sorted((x[0], x[-1])), sorted((y[0], y[-1]))
+        return max(xl, yl) <= min(xh, yh)
+    return not set(x).isdisjoint(y)
 
 
 def _axis_ranges(shape: tuple[int, ...], key: Any) -> list[range] | None:
-    """The indices a basic key (ints and slices) selects on each axis, or None for other keys."""
+    """The indices a basic key (ints, slices, one Ellipsis) selects on each axis, or None for other
+    keys (new axes, arrays)."""
     items = key if isinstance(key, tuple) else (key,)
+    n_ell = sum(1 for k in items if k is Ellipsis)
+    if n_ell > 1:
+        return None
+    if n_ell:
+        at = next(i for i, k in enumerate(items) if k is Ellipsis)
+        fill = len(shape) - (len(items) - 1)
+        if fill < 0:
+            return None
+        items = items[:at] + (_ALL,) * fill + items[at + 1 :]
     if len(items) > len(shape):
         return None
     out = []
