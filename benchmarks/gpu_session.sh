@@ -29,6 +29,9 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     profile) TAILN=150 run profile python3 benchmarks/profile_step.py cuda 128x512;;
     gemm) run gemm python3 benchmarks/gemm_host.py;;
     probe) LIMIT=60 TAILN=12 run probe python3 benchmarks/probe_graph.py;;
+    gemmk) LIMIT=90 TAILN=8 run gemm_kernels python3 benchmarks/gemm_kernels.py;;
+    hostprof) LIMIT=150 TAILN=80 run host_profile python3 benchmarks/host_profile.py --device cuda --n 2000 --top 16;;
+    launch) LIMIT=150 TAILN=8 run launch_costs python3 benchmarks/launch_costs.py;;
     host) TAILN=40 run host python3 benchmarks/host_overhead.py --device cuda --json "$OUT/host_gpu.json";;
     bandwidth) LIMIT=${BW_LIMIT:-300} TAILN=60 run bandwidth python3 benchmarks/bandwidth.py ${BW_ARGS:-} --json "$OUT/bandwidth_gpu.json";;
     final15) LIMIT=300 TAILN=30 run final15 python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py -k "wide_access or graph_lstm or jit_lstm or lstm_step or float16_and_bool or graph_mode or horizontal";;

@@ -266,8 +266,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 names = collections.Counter(e.name for e in prof.events() if e.device_type.name == "CUDA")
                 launches = sum(names.values()) / T
                 top = ", ".join(f"{n[:60]} {c / T:.2f}" for n, c in names.most_common(8))
-                print(f"{mode}: per time step, fusetree's count {own}; the profiler's kernels and "
-                      f"copies: {top}", file=sys.stderr, flush=True)  # fmt: skip
+                mine = "" if own is None else f"fusetree's count {own}; "
+                print(f"{mode}: per time step, {mine}the profiler's kernels and copies: {top}", file=sys.stderr,
+                      flush=True)  # fmt: skip
         rows.append({"mode": mode, "ms_per_step": med * 1e3, "tokens_per_s": T * B / med,
                      "launches_per_time_step": launches, "fusetree_count_per_time_step": own, "gpu_busy": busy,
                      "kernel_time_over_unprofiled_wall": busy_unprofiled,
