@@ -164,3 +164,76 @@ def test_tiled_kernels_compile_at_both_tile_sizes(dtype):
         assert "bar.sync" in k.ptx
     with ft.options(cuda_tile=48), pytest.raises(ValueError, match="cuda_tile"):
         ft.explain(x.T + b, target="cuda")
+
+
+def test_launch_plumbing_without_a_gpu(monkeypatch):
+    """The CUDA backend's host side of a launch, with the driver call stubbed: a flat elementwise
+    launch packs outputs and sizes in the ABI's order and takes elementwise_config's grid; a
+    refused launch (CUDADriverError) becomes DeviceError naming the kernel and the driver's code;
+    no current context (201) is made current and retried once."""
+    import ctypes
+    import struct
+
+    from cupy_backends.cuda.api.driver import CUDADriverError
+
+    from fusetree.backends import cuda as cb
+    from fusetree.errors import DeviceError
+
+    calls: list[tuple] = []
+    fail: list[int] = []
+
+    def fake_launch(*args):
+        calls.append(args)
+        if fail:
+            e = CUDADriverError.__new__(CUDADriverError)
+            e.status = fail.pop(0)
+            raise e
+
+    class _Stream:
+        ptr = 1234
+
+    class _Lib:
+        def cuCtxSetCurrent(self, ctx):
+            calls.append(("set", ctx))
+            return 0
+
+    class _Driver:
+        lib = _Lib()
+
+        def check(self, res, what):
+            if res:
+                raise DeviceError(f"CUDA driver error {res} in {what}: stub")
+
+    class _Out:  # a C-contiguous output: only its pointer is read
+        class data:
+            ptr = 4096
+
+    monkeypatch.setattr(cb, "launch_kernel", fake_launch)
+    monkeypatch.setattr(cb, "_current_stream", lambda: _Stream())
+    be = object.__new__(cb.CUDABackend)
+    be.driver, be.ctx, be.sms = _Driver(), 77, 132
+    k = object.__new__(cb.CUDAKernel)
+    k.func, k.block, k.max_blocks, k.per_thread, k.flat, k.tile, k.name = 5, 256, 264, 4, True, 0, "ft_test"
+    k.packer = struct.Struct("=QQqq")
+    k.buf = ctypes.create_string_buffer(k.packer.size)
+    k.params = (ctypes.c_void_p * 4)(*[ctypes.addressof(k.buf) + 8 * j for j in range(4)])
+    k.args = ctypes.addressof(k.params)
+    for shape in [(10,), (3, 1000), (1 << 20,), (), (0, 5)]:
+        calls.clear()
+        be.launch(k, [111], [_Out()], ("C",), shape)
+        n = int(np.prod(shape))
+        grid, block = be.elementwise_config(k, shape, n)  # ints for a flat kernel
+        assert calls == [(5, grid, 1, 1, block, 1, 1, 0, 1234, k.args, 0)], shape
+        assert k.packer.unpack_from(k.buf) == (111, 4096, n, n)  # input, output, size, size
+
+    calls.clear()
+    fail[:] = [201]  # no current context: made current, retried
+    be.launch(k, [111], [_Out()], ("C",), (10,))
+    assert [c[0] for c in calls] == [5, "set", 5] and calls[1] == ("set", 77)
+    fail[:] = [1]
+    with pytest.raises(DeviceError, match=re.escape("cuLaunchKernel(ft_test)")):
+        be.launch(k, [111], [_Out()], ("C",), (10,))
+    params = be.param_buffer(k, [1, 2, 3, 4], grid=7, block=64)
+    calls.clear()
+    be.launch_params(params)
+    assert calls == [(5, 7, 1, 1, 64, 1, 1, 0, 1234, params.ptr, 0)]
