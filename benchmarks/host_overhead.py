@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
@@ -33,20 +31,7 @@ sys.path[:0] = [os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), "test
 from lstm_ref import NumpyXP, gru_step, lstm_step, make_gru_inputs, make_inputs
 
 import fusetree as ft
-
-
-def per_call(fn, sync, n=2000, repeats=7, warmup=200) -> float:
-    for _ in range(warmup):
-        fn()
-    sync()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        sync()
-        ts.append((time.perf_counter() - t0) / n * 1e6)
-    return statistics.median(ts)
+from fusetree.engine.phases import per_call
 
 
 def ten(xp, a, b):
@@ -82,7 +67,7 @@ def run(device: str, quick: bool) -> list[dict]:
         rows.append({"case": case, "mode": mode, "us": us, "peer": peer, "device": device})
 
     def t(fn, n=n_calls):
-        return per_call(fn, sync, n, reps, warmup=min(200, n))
+        return per_call(fn, sync, n, reps)
 
     if device == "cuda":
         import cupy as cp

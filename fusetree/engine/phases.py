@@ -11,7 +11,9 @@ from . import executor
 from .realization import context, run_group
 
 
-def _time(fn: Callable[[], Any], sync: Callable[[], None], n: int, repeats: int) -> float:
+def per_call(fn: Callable[[], Any], sync: Callable[[], None], n: int = 2000, repeats: int = 7) -> float:
+    """Host µs per call of ``fn``: the median over ``repeats`` loops of ``n`` calls, each loop
+    ended by ``sync()`` (a device synchronize, or nothing on the CPU), after a warm-up."""
     for _ in range(min(n, 200)):
         fn()
     sync()
@@ -56,12 +58,12 @@ def phases(
         be.launch(step.launcher, bind(), [out], step.out_layouts, shape)
 
     res = {
-        "build the tree": _time(build, sync, n, repeats),
-        "plan lookup (hit)": _time(lambda: ctx.plans.get(key), sync, n, repeats),
-        "allocate the output": _time(lambda: be.empty(shape, root.dtype), sync, n, repeats),
-        "bind arguments": _time(bind, sync, n, repeats),
-        "bind + launch": _time(launch, sync, n, repeats),
-        "realize the prebuilt tree (lookup, alloc, bind, launch)": _time(
+        "build the tree": per_call(build, sync, n, repeats),
+        "plan lookup (hit)": per_call(lambda: ctx.plans.get(key), sync, n, repeats),
+        "allocate the output": per_call(lambda: be.empty(shape, root.dtype), sync, n, repeats),
+        "bind arguments": per_call(bind, sync, n, repeats),
+        "bind + launch": per_call(launch, sync, n, repeats),
+        "realize the prebuilt tree (lookup, alloc, bind, launch)": per_call(
             lambda: run_group([root], [], device, shape), sync, n, repeats
         ),
     }
