@@ -16,6 +16,7 @@ import os
 import pathlib
 import sys
 import tempfile
+from collections.abc import Callable
 from typing import Any
 
 # Fused kernels alternate with BLAS GEMMs. With spinning OpenMP workers (libgomp's default) numba's
@@ -497,8 +498,18 @@ class CPUBackend(Backend):
         return None if copied else (base, off)
 
     def replay_root_fresh(self, arr: np.ndarray) -> tuple[np.ndarray, int]:
-        """replay_root of a fresh C-contiguous array."""
-        return ((arr.view(_U16) if arr.dtype is _F16 else arr).reshape(-1), 0)
+        """replay_root of a fresh C-contiguous array (its own 1-D view, see :meth:`fresh_arg`)."""
+        conv = self.fresh_arg(arr.shape, arr.dtype)
+        return (arr if conv is None else conv(arr), 0)
+
+    @staticmethod
+    def fresh_arg(shape: tuple[int, ...], dtype: np.dtype) -> Callable[[np.ndarray], np.ndarray] | None:
+        """How a kernel takes a fresh C-contiguous output of ``shape`` and ``dtype`` (the first
+        element of :meth:`replay_root_fresh`): None when it takes the array as it is (1-D, not
+        float16), else the conversion, chosen once for ``ft.jit``'s short replay path."""
+        if dtype == _F16:
+            return _f16_bits_flat
+        return None if len(shape) == 1 else _flat
 
     def same_allocation(self, a: Any, b: Any) -> bool:
         return _root_of(a) is _root_of(b)
@@ -580,6 +591,15 @@ def byte_offset(v: np.ndarray, b: np.ndarray) -> int:
         return int(_byte_offset(v, b))
     except Exception:
         return int(v.__array_interface__["data"][0] - b.__array_interface__["data"][0])
+
+
+def _flat(arr: np.ndarray) -> np.ndarray:
+    return arr.reshape(-1)
+
+
+def _f16_bits_flat(arr: np.ndarray) -> np.ndarray:
+    """A float16 array's bits as a 1-D uint16 view (how the CPU kernels take float16)."""
+    return arr.view(_U16).reshape(-1)
 
 
 def _root_of(v: np.ndarray) -> np.ndarray:

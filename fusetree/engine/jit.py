@@ -602,9 +602,9 @@ class JitFunction:
         roots = list(self._last_roots)
         for launch, call, fresh in prog:
             vals = launch.vals
-            for slot, r, shape, dtype, form in fresh:
+            for slot, r, shape, dtype, conv in fresh:
                 o = roots[r] = np.empty(shape, dtype)
-                vals[slot] = o if form == 1 else o.reshape(-1) if form == 2 else o.view(np.uint16).reshape(-1)
+                vals[slot] = o if conv is None else conv(o)
             if call is None:
                 launch.launcher(launch.n, vals)
             else:
@@ -626,7 +626,8 @@ class JitFunction:
 
 def _fast_program(trace: Trace) -> list[tuple] | bool | None:
     """What :meth:`JitFunction._replay_fast` runs: per op (launch, its kernel function to call
-    directly or None for the launcher, fresh outputs (slot, root, shape, dtype, form)). None
+    directly or None for the launcher, fresh outputs (slot, root, shape, dtype, the backend's
+    conversion of the array into the kernel's argument or None)). None
     while a launch has no bound argument list yet (the next general replay makes it); False (kept)
     for a trace that needs the general replay: a device launch, a GEMM, a copy, a launch reading
     another's output, a created array, or a result that is not a fresh output entire."""
@@ -637,6 +638,7 @@ def _fast_program(trace: Trace) -> list[tuple] | bool | None:
         trace.fast = False
         return False
     prog = []
+    be = backends.get(trace.device)
     for launch in prepared:
         if launch is None or launch.params is not None or launch.fresh is None:
             trace.fast = False
@@ -644,9 +646,10 @@ def _fast_program(trace: Trace) -> list[tuple] | bool | None:
         if launch.vals is None:
             return None
         call = launch.launcher.direct(launch.n)
-        # how the kernel takes the output: 1 the array itself (1-D), 2 a 1-D view, 3 its float16 bits
-        fresh = [(slot, r, shape, dtype, 3 if dtype == np.float16 else 1 if len(shape) == 1 else 2)
-                 for slot, r, shape, dtype in launch.fresh]  # fmt: skip
+        # how the kernel takes each output (the backend's conversion, None: the array itself)
+        fresh = [
+            (slot, r, shape, dtype, be.fresh_arg(shape, dtype)) for slot, r, shape, dtype in launch.fresh
+        ]
         prog.append((launch, call, fresh))
     trace.fast = prog
     return prog
