@@ -4,9 +4,10 @@ Host cost per launch is what this backend is about. numba's dispatcher costs 31-
 (argument marshalling), so it is never used: kernels are compiled once with ``compile_ptx`` and the
 pointer ABI of :mod:`fusetree.codegen.abi` (every parameter 8 bytes), loaded with
 ``cuModuleLoadData`` (falling back to a cubin linked by nvJitLink when the driver cannot JIT the
-PTX), and launched with ``cuLaunchKernel`` through ctypes from a parameter buffer laid out once per
-kernel: a launch packs the pointers and sizes with one ``struct.pack_into`` and makes one driver
-call on CuPy's current stream. GEMMs call cuBLAS directly (:mod:`.cublas`); compiled PTX is kept on
+PTX), and launched with ``cuLaunchKernel`` (CuPy's typed Cython binding: 3.4 µs per call on an H100
+host against 5.1 through ctypes) from a parameter buffer laid out once per kernel: a launch packs
+the pointers and sizes with one ``struct.pack_into`` and makes one driver call on CuPy's current
+stream. GEMMs call cuBLAS directly (:mod:`.cublas`); compiled PTX is kept on
 disk (:mod:`.diskcache`).
 """
 
