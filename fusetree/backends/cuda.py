@@ -184,6 +184,12 @@ class CUDAKernel:
         self.source = ""
 
 
+def _flat_grid(k: CUDAKernel, n: int) -> int:
+    """Blocks of a flat elementwise launch of ``n`` elements: one wave of resident blocks at most
+    (98-104% of copy at any block size 128..1024 and 1..all waves on the H200)."""
+    return max(1, min(-(-n // (k.block * k.per_thread)), k.max_blocks))
+
+
 class CUDABackend(Backend):
     name = "cuda"
     device = "cuda"
@@ -340,16 +346,11 @@ class CUDABackend(Backend):
         n = 1
         for s in shape:
             n *= s
-        if k.flat:  # the common case, inline: one wave of resident blocks at most (elementwise_config)
+        if k.flat:  # the common case: a 1-D grid, packed and launched here
             args.append(n)
             args.append(n)
             k.packer.pack_into(k.buf, 0, *args)
-            grid = min(-(-n // (k.block * k.per_thread)), k.max_blocks) or 1
-            stream = _current_stream().ptr
-            try:
-                launch_kernel(k.func, grid, 1, 1, k.block, 1, 1, 0, stream, k.args, 0)
-            except CUDADriverError as e:
-                self._launch_failed(e.status, (k.func, grid, 1, 1, k.block, 1, 1, 0), stream, k.args, k.name)
+            self._driver_launch((k.func, _flat_grid(k, n), 1, 1, k.block, 1, 1, 0), k.args, k.name)
             return
         args.extend(shape if shape else (1,))
         args.append(n)
@@ -366,8 +367,8 @@ class CUDABackend(Backend):
             ni, nj, t = shape[-2], shape[-1], k.tile
             ntiles = (n // (ni * nj) if ni * nj else 0) * -(-ni // t) * -(-nj // t)
             return max(1, min(ntiles, 8 * self.sms)), (TILE, TILE_ROWS)
-        if k.flat:  # one wave: 98-104% of copy at any block size 128..1024 and 1..all waves (H200)
-            return max(1, min(-(-n // (k.block * per)), k.max_blocks)), k.block
+        if k.flat:
+            return _flat_grid(k, n), k.block
         nin = shape[-1] if shape else 1
         cols = -(-nin // per)
         bx = min(k.block, pow2_at_least(cols))
@@ -388,11 +389,17 @@ class CUDABackend(Backend):
         """cuLaunchKernel of ``k`` with the parameter pointer array at ``params``; ``grid`` and
         ``block`` are ints (1-D) or (x, y) pairs."""
         (gx, gy), (bx, by) = launch_dims(grid), launch_dims(block)
-        stream = _current_stream().ptr
+        self._driver_launch((k.func, gx, gy, 1, bx, by, 1, 0), params, k.name)
+
+    def _driver_launch(self, call: tuple, params: int, name: str, stream: int | None = None) -> None:
+        """``cuLaunchKernel(*call, stream, params)`` on ``stream`` (default: CuPy's current one);
+        a refusal goes to :meth:`_launch_failed`."""
+        if stream is None:
+            stream = _current_stream().ptr
         try:
-            launch_kernel(k.func, gx, gy, 1, bx, by, 1, 0, stream, params, 0)
+            launch_kernel(*call, stream, params, 0)
         except CUDADriverError as e:
-            self._launch_failed(e.status, (k.func, gx, gy, 1, bx, by, 1, 0), stream, params, k.name)
+            self._launch_failed(e.status, call, stream, params, name)
 
     def _launch_failed(self, res: int, call: tuple, stream: int, params: int, name: str) -> None:
         """A ``cuLaunchKernel(*call, stream, params)`` that returned ``res``: with no current context
@@ -459,12 +466,7 @@ class CUDABackend(Backend):
 
     def launch_params(self, params: Params, stream: int | None = None) -> None:
         """One ``cuLaunchKernel`` of a prepared launch: every argument was packed before."""
-        if stream is None:
-            stream = _current_stream().ptr
-        try:
-            launch_kernel(*params.call, stream, params.ptr, 0)
-        except CUDADriverError as e:
-            self._launch_failed(e.status, params.call, stream, params.ptr, params.name)
+        self._driver_launch(params.call, params.ptr, params.name, stream)
 
     # -- GEMM --------------------------------------------------------------------------------
     def _blas(self) -> CuBLAS:

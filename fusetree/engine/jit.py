@@ -626,8 +626,7 @@ class JitFunction:
 
 def _fast_program(trace: Trace) -> list[tuple] | bool | None:
     """What :meth:`JitFunction._replay_fast` runs: per op (launch, its kernel function to call
-    directly or None for the launcher, fresh outputs (slot, root, shape, dtype, the backend's
-    conversion of the array into the kernel's argument or None)). None
+    directly or None for the launcher, its fresh outputs: ``Launch.fresh``). None
     while a launch has no bound argument list yet (the next general replay makes it); False (kept)
     for a trace that needs the general replay: a device launch, a GEMM, a copy, a launch reading
     another's output, a created array, or a result that is not a fresh output entire."""
@@ -638,19 +637,13 @@ def _fast_program(trace: Trace) -> list[tuple] | bool | None:
         trace.fast = False
         return False
     prog = []
-    be = backends.get(trace.device)
     for launch in prepared:
         if launch is None or launch.params is not None or launch.fresh is None:
             trace.fast = False
             return False
         if launch.vals is None:
             return None
-        call = launch.launcher.direct(launch.n)
-        # how the kernel takes each output (the backend's conversion, None: the array itself)
-        fresh = [
-            (slot, r, shape, dtype, be.fresh_arg(shape, dtype)) for slot, r, shape, dtype in launch.fresh
-        ]
-        prog.append((launch, call, fresh))
+        prog.append((launch, launch.launcher.direct(launch.n), launch.fresh))
     trace.fast = prog
     return prog
 
@@ -894,7 +887,8 @@ def _prepare(trace: Trace, be: Any) -> list:
                 p.root in fixed_roots or (p.root in own and p.kind == "flat" and p.offset == 0)
                 for p in launch.patches
             ):  # host: its binding holds for a replay on the same arrays but for its outputs
-                launch.fresh = [(p.slot, p.root, *own[p.root]) for p in launch.patches if p.root in own]
+                launch.fresh = [(p.slot, p.root, *own[p.root], be.fresh_arg(*own[p.root]))
+                                for p in launch.patches if p.root in own]  # fmt: skip
         trace.prepared = prepared
     return trace.prepared
 

@@ -47,7 +47,8 @@ class Launch:
         self.static = False
         # host: every slot but its fresh outputs' is an argument's or a constant's. ``vals`` keeps
         # the bound argument list of a replay (fresh slots cleared) for the next one on the very
-        # same arrays, which only allocates the outputs: ``fresh`` = [(slot, root, shape, dtype)]
+        # same arrays, which only allocates the outputs: ``fresh`` = [(slot, root, shape, dtype,
+        # conv)], ``conv`` the backend's conversion of the new array into the argument (None: as is)
         self.fresh: list[tuple] | None = None
         self.vals: list | None = None
 
@@ -159,11 +160,11 @@ def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool
     fresh = launch.fresh
     if same and launch.vals is not None and fresh is not None and not fixed:
         vals = launch.vals  # the previous replay's binding: only the outputs are new
-        for slot, r, shape, dtype in fresh:
+        for slot, r, shape, dtype, conv in fresh:
             o = roots[r] = be.empty(shape, dtype)
-            vals[slot] = be.replay_root_fresh(o)[0]
+            vals[slot] = o if conv is None else conv(o)
         launch.launcher(launch.n, vals)
-        for slot, _, _, _ in fresh:
+        for slot, *_ in fresh:
             vals[slot] = None  # (the caller owns the result; the list must not keep it alive)
         return True
     if not fixed:
@@ -200,7 +201,7 @@ def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool
             vals[p.slot] = eoff + p.offset // p.item
     launch.launcher(launch.n, vals)
     if fresh is not None and not fixed:
-        for slot, _, _, _ in fresh:
+        for slot, *_ in fresh:
             vals[slot] = None
         launch.vals = vals
     return True
