@@ -178,7 +178,9 @@ def test_launches_from_another_thread_on_gpu(rng):
 
     def work() -> None:
         try:
-            got.append(ft.evaluate(ft.asarray(da) * ft.asarray(db) + 1.0).numpy())
+            y = ft.asarray(da) * ft.asarray(db) + 1.0
+            ft.evaluate(y)  # launches in this thread
+            got.append(y.numpy())
         except BaseException as e:  # re-raised below, in the test's thread
             got.append(e)
 
