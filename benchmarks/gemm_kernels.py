@@ -25,14 +25,27 @@ def main() -> None:
     g = cp.asarray(rng.standard_normal((B, 4 * H), dtype=np.float32))
     cases = {"h @ Wh": (h, W), "dg @ Wh.T": (g, W.T), "h.T @ dg": (h.T, g)}
     for name, (a, b) in cases.items():
-        be.gemm(a, b)  # the plan made (heuristic) outside the profile
+        be.gemm(a, b)  # the plan made (heuristic, split-K timed against one kernel) outside the profile
         cp.cuda.Device().synchronize()
+        lt = be._lt
+        choice = list(lt.choices.values())[-1] if lt and lt.choices else "cuBLAS (no cuBLASLt)"
+        t0 = cp.cuda.Event()
+        t1 = cp.cuda.Event()
+        t0.record()
+        for _ in range(100):
+            be.gemm(a, b)
+        t1.record()
+        t1.synchronize()
+        us = cp.cuda.get_elapsed_time(t0, t1) * 10
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             for _ in range(10):
                 be.gemm(a, b)
             cp.cuda.Device().synchronize()
         names = collections.Counter(e.name for e in prof.events() if e.device_type.name == "CUDA")
-        print(f"{name} {a.shape}x{b.shape}: " + "; ".join(f"{c / 10:.1f}x {n}" for n, c in names.items()))
+        print(
+            f"{name} {a.shape}x{b.shape} [{choice}, {us:.1f} us/call]: "
+            + "; ".join(f"{c / 10:.1f}x {n}" for n, c in names.items())
+        )
 
 
 if __name__ == "__main__":

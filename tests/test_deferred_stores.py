@@ -46,6 +46,29 @@ def test_an_optimizer_step_is_one_kernel_per_parameter_structure(rng):
             np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
 
 
+def test_a_pending_reduction_reading_the_targets_is_computed_first_not_staged(rng):
+    """A pending loss (a reduction over the parameters, as value_and_grad returns it) reads the
+    targets of an optimizer step's stores: it is computed first on the old values, and the stores
+    still share their kernels (no staged temporary and copy per store)."""
+    shapes = [(7, 5), (5,), (5,)]
+    P, G = [f32(rng, *s) for s in shapes], [f32(rng, *s) for s in shapes]
+    M, V = [np.zeros(s, np.float32) for s in shapes], [np.zeros(s, np.float32) for s in shapes]
+    refs = [[x.astype(np.float64) for x in xs] for xs in (P, G, M, V)]
+    fs = [[ft.asarray(x) for x in xs] for xs in (P, G, M, V)]
+    for _ in range(3):
+        loss = sum(ft.sum(p * p) for p in fs[0]) / 3  # pending, reads every parameter
+        want_loss = sum((p * p).sum() for p in refs[0]) / 3
+        ft.reset_stats()
+        adamw(*fs, ft)
+        ft.synchronize()
+        s = ft.stats()
+        assert s["copies"] == 0 and s["horizontal"] == 1 and s["kernels"] <= 2 + 3, s
+        np.testing.assert_allclose(float(loss), want_loss, rtol=1e-5)
+        adamw(*refs, np)
+        for got, want in zip(P + M + V, refs[0] + refs[2] + refs[3]):
+            np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
 def test_a_repeated_flush_launches_its_cached_plan(rng):
     """The same stores every step (same targets, trees, arrays and scalars) reuse the flush plan;
     another scalar value, another array or a live value reading a target is planned afresh. Every

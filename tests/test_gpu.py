@@ -167,7 +167,9 @@ def test_lstm_step_gpu_two_gemms_one_kernel(rng):
 
 def test_launches_from_another_thread_on_gpu(rng):
     """Kernels launch through CuPy's Cython cuLaunchKernel binding; from a fresh thread (where the
-    driver's current context may be unset: made current, then retried) results are right."""
+    driver's current context may be unset: made current, then retried) results are right, and a
+    kernel compiled there loads its module (the context made current first: it raised
+    CUDA_ERROR_INVALID_CONTEXT, 201, before)."""
     import threading
 
     import cupy as cp
@@ -176,22 +178,30 @@ def test_launches_from_another_thread_on_gpu(rng):
     da, db = cp.asarray(a), cp.asarray(b)
     got: list = []
 
+    ft.evaluate(ft.asarray(da) * ft.asarray(db) + 1.0)  # compiled and loaded in this thread
+
     def work() -> None:
         try:
             y = ft.asarray(da) * ft.asarray(db) + 1.0
             ft.evaluate(y)  # launches in this thread
+            # a kernel no test compiles: compiled and its module loaded in the fresh thread
+            z = ft.sin(ft.asarray(da) * 0.8125) * ft.asarray(db) - 2.375
+            ft.evaluate(z)
             got.append(y.numpy())
+            got.append(z.numpy())
         except BaseException as e:  # re-raised below, in the test's thread
             got.append(e)
 
     th = threading.Thread(target=work)
     th.start()
     th.join()
-    assert len(got) == 1
-    if isinstance(got[0], BaseException):
-        raise got[0]
+    if isinstance(got[-1], BaseException):
+        raise got[-1]
     # float32 a*b+1 (fused or not) against float64: absolute error ~1e-7 where a*b+1 is near 0
     np.testing.assert_allclose(got[0], a.astype(np.float64) * b + 1.0, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        got[1], np.sin(a.astype(np.float64) * 0.8125) * b - 2.375, rtol=1e-5, atol=1e-5
+    )
 
 
 def test_failed_launch_names_the_kernel_on_gpu():
@@ -635,6 +645,33 @@ def test_jit_replay_on_the_same_arrays_and_on_others(rng):
         refs[k] = refs[k] * a + 1.0
         np.testing.assert_allclose(fxs[k].numpy(), refs[k], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(y, np.exp(refs[k] * 0.01), rtol=1e-5)
+
+
+def test_jit_quick_replay_on_gpu_follows_rebinding_and_fresh_outputs(rng):
+    """From the second call on the same arrays a trace of prepared launches replays through
+    Trace.quick (allocate, write the fresh pointers, launch). Alternating argument sets, a kernel
+    reading another's output (softmax: a reduction and its consumer) and several results: every
+    call checked against NumPy, and every result is its own memory."""
+    import cupy as cp
+
+    f = ft.jit(lambda a, b, c: a * b + c)
+    g = ft.jit(lambda x, w: (ft.softmax(x * w, axis=-1), ft.tanh(x) + w))
+    sets = [[rng.standard_normal((4, 33)).astype(np.float32) for _ in range(3)] for _ in range(2)]
+    fts = [[ft.asarray(cp.asarray(x)) for x in s] for s in sets]
+    outs = []
+    for k in (0, 0, 0, 1, 1, 1, 0, 0, 1, 0):
+        cp.copyto(fts[k][0]._node.data, cp.asarray(rng.standard_normal((4, 33)).astype(np.float32)))
+        x, w, c = (v.numpy() for v in fts[k])
+        y = f(*fts[k])
+        p, t = g(fts[k][0], fts[k][1])
+        outs.append((y, p, t, x, w, c))
+    assert f._last.trace.quick is not None, "the quick replay was not made"
+    for y, p, t, x, w, c in outs:
+        np.testing.assert_allclose(y.numpy(), x * w + c, rtol=1e-5, atol=1e-6)
+        e = np.exp(x * w - (x * w).max(-1, keepdims=True))
+        np.testing.assert_allclose(p.numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(t.numpy(), np.tanh(x) + w, rtol=1e-5, atol=1e-6)
+    assert len({o[0]._node.ptr for o in outs}) == len(outs)
 
 
 def test_jit_pytrees_and_static_arguments_on_gpu(rng):

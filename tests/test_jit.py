@@ -236,3 +236,24 @@ def test_replays_on_the_same_arrays_take_the_short_path(dtype, shape, rng):
         tol = 2e-3 if dtype == "float16" else 1e-6
         np.testing.assert_allclose(r1.numpy(), x0 * xs[1] + xs[2], rtol=tol, atol=tol)
         np.testing.assert_array_equal(r2.numpy(), x0 - np.asarray(1, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_one_launch_closure_follows_rebinding_between_argument_sets(dtype, rng):
+    """A one-kernel, one-result trace replays through a closure (Trace.quick) from the second call on
+    the same arrays. Switching to other arrays rebinds the launch; switching back must not reuse the
+    other set's binding, and each result is a fresh array of its own call."""
+    f = ft.jit(lambda a, b, c: a * b + c)
+    sets = [[rng.standard_normal(9).astype(dtype) for _ in range(3)] for _ in range(2)]
+    fts = [[ft.asarray(x) for x in s] for s in sets]
+    outs = []
+    for k in (0, 0, 0, 1, 1, 1, 0, 0, 1, 0):
+        sets[k][0][...] = rng.standard_normal(9)  # new values in the same buffer
+        outs.append((f(*fts[k]), [x.copy() for x in sets[k]]))
+    if fts[0][0].device == "cpu":
+        assert f._last.trace.quick is not None, "the one-launch closure was not made"
+    tol = 2e-3 if dtype == "float16" else 1e-6
+    for out, (a, b, c) in outs:
+        want = (a.astype(np.float64) * b + c).astype(dtype)
+        np.testing.assert_allclose(out.numpy(), want, rtol=tol, atol=tol)
+    assert len({id(o) for o, _ in outs}) == len(outs)

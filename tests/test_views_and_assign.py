@@ -122,3 +122,22 @@ def test_fancy_indexing_is_a_copy_and_bad_indices_raise():
         x[7]
     with pytest.raises(IndexError):
         x[[9]]
+
+
+def test_repeated_broadcasts_of_a_buffer_reuse_its_view_and_see_writes(rng):
+    """``c[0] * x`` and ``x + bias`` every step: the operator reuses the broadcast view made the
+    first time (either operand order), and the view still reads the buffer's current values."""
+    coef = ft.asarray(np.array([0.5, 2.0], np.float32))
+    c0 = coef[0]
+    bias = ft.asarray(rng.standard_normal(4).astype(np.float32))
+    for step in range(4):
+        x = rng.standard_normal((3, 4)).astype(np.float32)
+        y = rng.standard_normal((2, 4)).astype(np.float32)
+        fx, fy = ft.asarray(x), ft.asarray(y)
+        c = coef.numpy()[0]
+        np.testing.assert_allclose((c0 * fx).numpy(), c * x, rtol=1e-6)
+        np.testing.assert_allclose((fx * c0).numpy(), x * c, rtol=1e-6)
+        np.testing.assert_allclose((fx + bias).numpy(), x + bias.numpy(), rtol=1e-6)
+        np.testing.assert_allclose((bias - fy).numpy(), bias.numpy() - y, rtol=1e-6)  # another shape
+        np.testing.assert_allclose(((fx * fy[:1]) + fx).numpy(), x * y[:1] + x, rtol=1e-6)
+        coef[0] = float(step + 3)  # a write through the buffer: the cached views read it

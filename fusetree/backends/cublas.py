@@ -151,6 +151,7 @@ class CuBLASLt:
         lib.cublasLtMatmulPreferenceCreate.argtypes = [ctypes.POINTER(vp)]
         lib.cublasLtMatmulPreferenceSetAttribute.argtypes = [vp, i, vp, sz]
         lib.cublasLtMatmulAlgoGetHeuristic.argtypes = [vp, vp, vp, vp, vp, vp, vp, i, vp, ctypes.POINTER(i)]
+        lib.cublasLtMatmulAlgoConfigGetAttribute.argtypes = [vp, i, vp, sz, ctypes.POINTER(sz)]
         lib.cublasLtMatmul.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, sz, vp]
         self.matmul_fn = lib.cublasLtMatmul
         pref = vp()
@@ -163,6 +164,7 @@ class CuBLASLt:
         self.pref = pref.value
         self.workspace = cublas.workspace.data.ptr
         self.plans: dict[tuple, LtPlan | None] = {}
+        self.choices: dict[tuple, str] = {}  # how each problem's algorithm was chosen (benchmarks report it)
 
     def _check(self, status: int, what: str) -> None:
         if status != 0:
@@ -171,8 +173,9 @@ class CuBLASLt:
     def plan(self, dt: np.dtype, transa: int, transb: int, m: int, n: int, k: int, lda: int, ldb: int,
              ldc: int, operands: tuple[int, int] | None = None) -> LtPlan | None:  # fmt: skip
         """The problem's descriptors and algorithm (None when cuBLASLt offers none: use cuBLAS).
-        With ``operands`` (device pointers of A and B, not during a stream capture) the heuristic's
-        candidates are timed on them once, into scratch memory, and the fastest is kept."""
+        With ``operands`` (device pointers of A and B, not during a stream capture) a split-K first
+        choice is timed against the first one-kernel candidate on them once, into scratch memory
+        (every candidate with FUSETREE_GEMM_TUNE=1): see :meth:`_choose`."""
         key = (dt, transa, transb, m, n, k, lda, ldb, ldc)
         if key in self.plans:
             return self.plans[key]
@@ -193,11 +196,10 @@ class CuBLASLt:
             self._check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), dtype, rows, cols, ld),
                         "cublasLtMatrixLayoutCreate")  # fmt: skip
             layouts.append(lay.value)
-        want = self.TUNE if operands is not None else 1
-        results = (_HeuristicResult * want)()
+        results = (_HeuristicResult * 8)()
         count = ctypes.c_int(0)
         status = lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc.value, layouts[0], layouts[1], layouts[2],
-                                                    layouts[2], self.pref, want, results,
+                                                    layouts[2], self.pref, 8, results,
                                                     ctypes.byref(count))  # fmt: skip
         plan = None
         if status == 0:
@@ -206,21 +208,49 @@ class CuBLASLt:
                 for r in results[: count.value]
                 if r.state == 0 and r.workspace_size <= self.cublas.WORKSPACE
             ]
-            if len(cands) > 1 and operands is not None and self.TUNE > 1:
-                plan = self._fastest(cands, dt, operands, n * ldc)
-            elif cands:
-                plan = cands[0]
+            if cands:
+                plan, self.choices[key] = self._choose(cands, dt, operands, n * ldc)
         self.plans[key] = plan
         return plan
 
-    # FUSETREE_GEMM_TUNE=1: the heuristic's 8 candidates are timed once per problem and the fastest
-    # kept. Off by default: on the H200 the char-LSTM training step measured 3.96 ms/step with the
-    # heuristic's first choice and 4.00 tuned (it swapped a split-K GEMM + reduction pair for one
-    # kernel of equal time), and a timed choice can differ between runs (so can rounding).
-    TUNE = 8 if os.environ.get("FUSETREE_GEMM_TUNE", "0") == "1" else 1
+    # FUSETREE_GEMM_TUNE=1: the heuristic's candidates (up to 8) are timed once per problem and the
+    # fastest kept. Off by default: on the H200 the char-LSTM training step measured 3.96 ms/step with
+    # the heuristic's first choice and 4.00 tuned, and a timed choice can differ between runs.
+    TUNE = os.environ.get("FUSETREE_GEMM_TUNE", "0") == "1"
+    # The heuristic's first choice is often split-K (a GEMM kernel + a reduction kernel: two launches,
+    # 2 of the 3 GEMM shapes of an LSTM time step at B128 H512). Its first one-kernel candidate is
+    # timed against it and kept unless it is slower by more than this factor.
+    SPLIT_K_SLACK = 1.10
 
-    def _fastest(self, cands: list[LtPlan], dt: np.dtype, operands: tuple[int, int], csize: int) -> LtPlan:
-        """The candidate with the least device time on these operands (into scratch memory)."""
+    def _choose(self, cands: list[LtPlan], dt: np.dtype, operands: tuple[int, int] | None,
+                csize: int) -> tuple[LtPlan, str]:  # fmt: skip
+        """The algorithm for a new problem and why: 'heuristic' (its first choice), 'one-kernel'
+        (a one-kernel candidate instead of a split-K first choice), 'tuned' (FUSETREE_GEMM_TUNE)."""
+        first = cands[0]
+        if operands is None:  # while capturing a CUDA graph: nothing may run outside the capture
+            return first, "heuristic"
+        if self.TUNE and len(cands) > 1:
+            times = self._times(cands, dt, operands, csize)
+            return cands[times.index(min(times))], "tuned"
+        if self._split_k(first) <= 1:
+            return first, "heuristic"
+        for c in cands[1:]:
+            if self._split_k(c) <= 1:
+                t_first, t_one = self._times([first, c], dt, operands, csize)
+                if t_one <= self.SPLIT_K_SLACK * t_first:
+                    return c, "one-kernel"
+                break
+        return first, "heuristic"
+
+    def _split_k(self, plan: LtPlan) -> int:
+        """CUBLASLT_ALGO_CONFIG_SPLITK_NUM of the plan's algorithm (1: one kernel)."""
+        v, written = ctypes.c_uint32(1), ctypes.c_size_t(0)
+        fn = self.lib.cublasLtMatmulAlgoConfigGetAttribute
+        status = fn(ctypes.c_void_p(plan.algo_ptr), 2, ctypes.byref(v), 4, ctypes.byref(written))
+        return int(v.value) if status == 0 else 1
+
+    def _times(self, cands: list[LtPlan], dt: np.dtype, operands: tuple[int, int], csize: int) -> list[float]:
+        """Device time of each candidate on these operands, into scratch memory (inf: it failed)."""
         import cupy as cp
 
         scalar = ctypes.c_float if dt == np.float32 else ctypes.c_double
@@ -228,7 +258,7 @@ class CuBLASLt:
         scratch = cp.empty(csize, dt)
         stream = cp.cuda.get_current_stream()
         a, b = operands
-        best, best_t = cands[0], float("inf")
+        out = []
         for c in cands:
             run = functools.partial(
                 self.matmul_fn, self.handle, c.desc, ctypes.addressof(one), a, c.layouts[0], b, c.layouts[1],
@@ -236,6 +266,7 @@ class CuBLASLt:
                 c.algo_ptr, self.workspace, CuBLAS.WORKSPACE, stream.ptr,
             )  # fmt: skip
             if run() != 0:
+                out.append(float("inf"))
                 continue
             start, end = cp.cuda.Event(), cp.cuda.Event()
             start.record(stream)
@@ -243,10 +274,8 @@ class CuBLASLt:
                 run()
             end.record(stream)
             end.synchronize()
-            t = cp.cuda.get_elapsed_time(start, end)
-            if t < best_t:
-                best, best_t = c, t
-        return best
+            out.append(cp.cuda.get_elapsed_time(start, end))
+        return out
 
     def matmul(self, plan: LtPlan, alpha: int, a: int, b: int, beta: int, c: int, stream: int) -> None:
         """Column-major ``C = alpha op(A) op(B) + beta C`` with ``plan``; alpha/beta host pointers."""

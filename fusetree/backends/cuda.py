@@ -297,6 +297,9 @@ class CUDABackend(Backend):
             write_disk_cache(self.cache_dir, dkey, entry)
         ptx, name, fmt = entry["ptx"], entry["entry"], entry["fmt"]
         with self._lock:
+            # a thread that never touched the driver has no current context (CUDA_ERROR_INVALID_CONTEXT
+            # from cuModuleLoadData): CuPy's is made current first (compiling is rare; launches retry)
+            self.driver.lib.cuCtxSetCurrent(self.ctx)
             try:
                 mod = self.driver.load(ptx.encode() + b"\0")
             except LoadError:
@@ -460,6 +463,10 @@ class CUDABackend(Backend):
             if last is None or last[j] != v:
                 _Q.pack_into(buf, 8 * p.slot, v)
 
+    def set_param(self, params: Params, slot: int, value: int) -> None:
+        """Write one pointer argument of a prepared launch (8 bytes per slot, see param_buffer)."""
+        _Q.pack_into(params.buf, 8 * slot, value)
+
     def stream_ptr(self) -> int:
         """The current stream's handle (one lookup for a whole replay)."""
         return _current_stream().ptr
@@ -540,7 +547,7 @@ class CUDABackend(Backend):
         lt = self._lt if self._lt is not None else self._make_lt()
         plan = lt.plans.get((dt, ta, tb, n, m, k, lda, ldb, n), _MISS) if lt else None
         if plan is _MISS:  # a new problem: its algorithm timed on these operands (not while capturing)
-            ops = None if lt.TUNE == 1 or _current_stream().is_capturing() else (b2.data.ptr, a2.data.ptr)
+            ops = None if _current_stream().is_capturing() else (b2.data.ptr, a2.data.ptr)
             plan = lt.plan(dt, ta, tb, n, m, k, lda, ldb, n, ops)
         if plan is not None:  # cuBLASLt with the algorithm chosen once per problem
             lt.matmul(plan, one, b2.data.ptr, a2.data.ptr, one if accumulate else zero, out.data.ptr, stream)

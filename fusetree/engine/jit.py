@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import operator
 import threading
-import weakref
 from dataclasses import dataclass, field
 from operator import is_
 from typing import Any, NamedTuple
@@ -121,6 +120,7 @@ class Trace:
     # a replay on the previous replay's very arguments, when every op is a host launch whose binding
     # holds but for its fresh outputs (see _fast_program): None undecided, False not possible
     fast: Any = None
+    quick: Any = None  # the fast program as a closure, where there is one (see _fast_program)
 
     @property
     def written_inputs(self) -> tuple[int, ...]:
@@ -275,19 +275,17 @@ def _overlaps(spans: list[tuple[int, int, int, int]]) -> dict[int, list[tuple[in
     return found
 
 
-_deref = weakref.ref.__call__
-_node_uid = operator.attrgetter("_node.uid")
+_node_of = operator.attrgetter("_node")
 
 
 class _LastCall(NamedTuple):
-    """The previous call's arguments (weakly) and their buffer nodes' uids: a call passing the very
-    same arrays, over the same buffers, skips the signature (checked at C speed: identities and
-    uids, no per-argument Python code)."""
+    """The previous call's arguments' buffer nodes: a call passing arrays over the very same nodes
+    (same memory, shape and strides) skips the signature, checked at C speed by identity. The nodes
+    are held strongly: the last replay's roots hold their memory anyway."""
 
     tree: Any
     static: tuple
-    refs: list  # weak references to the array arguments
-    uids: list[int]  # their buffer nodes' uids (never reused)
+    nodes: tuple  # the array arguments' buffer nodes
     trace: Trace
     flat: bool  # positional arrays only, no static arguments: checked before any flattening
 
@@ -296,8 +294,14 @@ class _LastCall(NamedTuple):
         if not all(isinstance(a, Array) and a._node.op == "buffer" for a in leaves):
             return None  # Python values or pending arrays: the full signature every call
         flat = not static and tree == pytree.flat_call_tree(len(leaves))
-        return _LastCall(tree, static, [weakref.ref(a) for a in leaves], list(map(_node_uid, leaves)), trace,
-                         flat)  # fmt: skip
+        return _LastCall(tree, static, tuple(map(_node_of, leaves)), trace, flat)
+
+    def same(self, args: Any) -> bool:
+        """Whether ``args`` are arrays over this call's very nodes."""
+        try:
+            return all(map(is_, map(_node_of, args), self.nodes))
+        except AttributeError:  # not an Array
+            return False
 
 
 class JitFunction:
@@ -322,15 +326,15 @@ class JitFunction:
             and last.flat
             and not kwargs
             and not STORES
-            and len(args) == len(last.refs)
-            and all(map(is_, args, map(_deref, last.refs)))
-            and list(map(_node_uid, args)) == last.uids
-        ):  # the previous call's positional arrays, over the same buffers: nothing to flatten
+            and len(args) == len(last.nodes)
+            and last.same(args)
+        ):  # arrays over the previous call's positional buffers: nothing to flatten
             if self.graph:
                 return self._graph_replay(last.trace, args, last)
             trace = last.trace
             if trace.fast and trace.replayed is last:  # and the previous replay ran to the end
-                return self._replay_fast(trace, trace.fast)
+                quick = trace.quick
+                return quick() if quick is not None else self._replay_fast(trace, trace.fast)
             return self._replay_call(trace, args, last)
         nums, names = self.static_argnums, self.static_argnames
         if nums or names:
@@ -359,12 +363,11 @@ class JitFunction:
         last = self._last
         if (
             last is not None
-            and len(leaves) == len(last.refs)
+            and len(leaves) == len(last.nodes)
             and tree == last.tree
             and static == last.static
-            and all(map(is_, leaves, map(_deref, last.refs)))
-            and list(map(_node_uid, leaves)) == last.uids
-        ):  # the previous call's arrays, still over the same buffers: the same signature
+            and last.same(leaves)
+        ):  # arrays over the previous call's buffers: the same signature
             trace = last.trace
         else:
             leaves = [
@@ -514,7 +517,8 @@ class JitFunction:
             if fast is None:
                 fast = _fast_program(trace)
             if fast:
-                return self._replay_fast(trace, fast)
+                quick = trace.quick
+                return quick() if quick is not None else self._replay_fast(trace, fast)
         be = backends.get(trace.device)
         if same and fixed is None:  # the previous replay's arguments and constants, as they were
             roots: list[Any] = list(self._last_roots)
@@ -625,17 +629,25 @@ class JitFunction:
 
 
 def _fast_program(trace: Trace) -> list[tuple] | bool | None:
-    """What :meth:`JitFunction._replay_fast` runs: per op (launch, its kernel function to call
-    directly or None for the launcher, its fresh outputs: ``Launch.fresh``). None
-    while a launch has no bound argument list yet (the next general replay makes it); False (kept)
-    for a trace that needs the general replay: a device launch, a GEMM, a copy, a launch reading
-    another's output, a created array, or a result that is not a fresh output entire."""
+    """What a replay on the previous replay's very arguments runs (``Trace.fast``), and the
+    closure that runs it (``Trace.quick``). Host: per op (launch, its kernel function to call
+    directly or None for the launcher, its fresh outputs: ``Launch.fresh``), run by
+    :meth:`JitFunction._replay_fast` (or the one-launch closure). CUDA: :func:`_device_quick`.
+    None while a launch has not been bound by a general replay yet; False (kept) for a trace that
+    needs the general replay: a GEMM, a copy, a horizontal kernel, a host launch reading another's
+    output, a created array, or a result that is not a fresh output entire."""
     prepared = trace.prepared
     if prepared is None:
         return None
     if trace.allocs or not all(d is None or w for (d, _), w in zip(trace.results, trace.whole)):
         trace.fast = False
         return False
+    if prepared and all(launch is not None and launch.params is not None for launch in prepared):
+        if any(launch.last is None and not launch.static for launch in prepared):
+            return None
+        trace.quick = _device_quick(trace)
+        trace.fast = [()] if trace.quick is not None else False
+        return trace.fast
     prog = []
     for launch in prepared:
         if launch is None or launch.params is not None or launch.fresh is None:
@@ -645,7 +657,95 @@ def _fast_program(trace: Trace) -> list[tuple] | bool | None:
             return None
         prog.append((launch, launch.launcher.direct(launch.n), launch.fresh))
     trace.fast = prog
+    trace.quick = _one_launch(trace, prog)
     return prog
+
+
+def _one_launch(trace: Trace, prog: list[tuple]) -> Any:
+    """:meth:`JitFunction._replay_fast` as a closure for the commonest small host program: one
+    kernel called directly whose one fresh output is the function's one result (``ft.jit(lambda
+    a, b, c: a * b + c)``): allocate, call, wrap, nothing walked. None for any other program."""
+    if len(prog) != 1 or trace.out_tree is not pytree.LEAF or len(trace.results) != 1:
+        return None
+    launch, call, fresh = prog[0]
+    (d, _), whole = trace.results[0], trace.whole[0]
+    if call is None or len(fresh) != 1 or d is None or not whole:
+        return None
+    slot, root, shape, dtype, conv = fresh[0]
+    if d.root != root:
+        return None
+    device, rshape, rdtype, empty = trace.device, d.shape, d.dtype, np.empty
+
+    def one() -> Any:
+        vals = launch.vals  # (a replay on other arguments binds a new list)
+        o = empty(shape, dtype)
+        vals[slot] = o if conv is None else conv(o)
+        call(*vals)
+        vals[slot] = None  # (the caller owns the result; the list must not keep it alive)
+        STATS["launches"] += 1
+        STATS["kernels"] += 1
+        STATS["replays"] += 1
+        return wrap(make_contiguous(o, device, rshape, rdtype))
+
+    return one
+
+
+def _device_quick(trace: Trace) -> Any:
+    """A replay on the previous replay's very arguments for a trace of prepared CUDA launches:
+    their parameter buffers hold every argument's and constant's pointer already, so per launch it
+    allocates the outputs the launch makes, writes their pointers (and those of earlier launches'
+    fresh outputs it reads) into its buffer, and launches. None when a launch reads memory that
+    is neither an argument, a constant nor a fresh output of the trace."""
+    prepared = trace.prepared
+    assert prepared is not None
+    be = backends.get(trace.device)
+    fixed = set(range(trace.n_inputs)) | {i for i, _ in trace.constants}
+    fresh: set[int] = set()
+    prog = []
+    for launch in prepared:
+        fresh.update(r for r, _, _ in launch.new)
+        patches = []
+        for p in launch.patches:
+            if p.root in fresh:
+                patches.append((p.slot, p.root, p.offset))
+            elif p.root not in fixed:
+                return None
+        prog.append((launch, launch.params, tuple(launch.new), tuple(patches)))
+    results = []
+    for (d, v), whole in zip(trace.results, trace.whole):
+        if d is not None and (not whole or d.root not in fresh):
+            return None
+        results.append((d, v))
+    n, device, leaf, out_tree = len(prog), trace.device, trace.out_tree is pytree.LEAF, trace.out_tree
+    empty, ptr, set_ptr, launch_params, stream_ptr = (
+        be.empty,
+        be.ptr,
+        be.set_param,
+        be.launch_params,
+        be.stream_ptr,
+    )
+
+    def quick() -> Any:
+        stream = stream_ptr()
+        made: dict[int, Any] = {}
+        for launch, params, new, patches in prog:
+            for r, shape, dtype in new:
+                made[r] = empty(shape, dtype)
+            if patches:
+                for slot, r, offset in patches:
+                    set_ptr(params, slot, ptr(made[r]) + offset)
+                launch.last = None  # (the general replay re-writes every pointer)
+            launch_params(params, stream)
+        STATS["launches"] += n
+        STATS["kernels"] += n
+        STATS["replays"] += 1
+        out = [
+            v if d is None else wrap(make_contiguous(made[d.root], device, d.shape, d.dtype))
+            for d, v in results
+        ]
+        return out[0] if leaf else pytree.unflatten(out_tree, out)
+
+    return quick
 
 
 def _bind_args(be: Any, inputs: tuple[Arg, ...], roots: list[Any], frame: bool) -> list[Any]:

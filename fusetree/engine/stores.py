@@ -238,6 +238,13 @@ def _signature(stores: list[Store]) -> tuple | None:
 def _flush(stores: list[Store]) -> None:
     owners = {id(s.owner): s.owner for s in stores}
     readers = _readers(stores, owners)
+    groups = _plan_groups(stores, readers) if readers else None
+    if readers and groups is None:
+        # a reader the store kernels cannot compute before their writes (a pending loss, a
+        # reduction over a parameter): every reader first, on the old memory; then the stores
+        # plan alone (the staged flush would cost a kernel and a copy per store)
+        _compute_readers(readers)
+        readers = []
     sig = None
     if not readers and HOOK.recorder is None:
         sig = _signature(stores)
@@ -247,7 +254,8 @@ def _flush(stores: list[Store]) -> None:
             _run_plan(plan, stores)
             _restore(stores)
             return
-    groups = _plan_groups(stores, readers)
+    if groups is None:
+        groups = _plan_groups(stores, readers)
     if groups is None:
         _flush_staged(stores, readers)
         _restore(stores)
@@ -369,10 +377,10 @@ def _plan_groups(stores: list[Store], readers: list) -> dict | None:
     return {key: list(comps.values()) for key, comps in groups.items()}
 
 
-def _flush_staged(stores: list[Store], readers: list) -> None:
-    """Every value first (old memory), then the copies into the targets, in queue order. Readers
-    are computed one by one, not through ``realize``: its live-value rule would store a pending view
-    of an owner as a separate array (it must become a view of the owner's memory)."""
+def _compute_readers(readers: list) -> None:
+    """Each pending reader of a store's target computed now, on the old memory, one by one (not
+    through ``realize``: its live-value rule would store a pending view of an owner as a separate
+    array; it must become a view of the owner's memory)."""
     for w in readers:
         n = w._node
         if n.op == "buffer":
@@ -380,6 +388,11 @@ def _flush_staged(stores: list[Store], readers: list) -> None:
         dev = n.device or "cpu"
         data = _r.compute_gemm(n) if n.op == "matmul" else _r.run_group([n], [], dev, n.shape)[0]
         _r.set_buffer(w, data, dev)
+
+
+def _flush_staged(stores: list[Store], readers: list) -> None:
+    """Every reader and value first (old memory), then the copies into the targets, in queue order."""
+    _compute_readers(readers)
     fresh = [_r.run_group([s.node], [], s.device or "cpu", s.node.shape)[0] for s in stores]
     for s, f in zip(stores, fresh):
         executor.copy(_r.context(s.device or "cpu").be, s.target, f)

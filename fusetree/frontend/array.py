@@ -743,10 +743,18 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
             if t is Array:
                 b = other._node
                 # the fast path: same shape and device, a known dtype rule (no broadcast, no GEMM fold)
-                if a.shape == b.shape and a.device == b.device and a.op != "matmul":
+                if a.device == b.device and a.op != "matmul":
                     r = RULES2.get((name, a.dtype, b.dtype))
                     if r is not None and config.current.fuse and TAPE is None:
-                        return wrap(make_op(name, (a, b), r.out, a.shape, a.device))
+                        if a.shape == b.shape:
+                            return wrap(make_op(name, (a, b), r.out, a.shape, a.device))
+                        # a buffer broadcast to the other's shape before (c[0] * x, x + bias): its view
+                        v = _seen_broadcast(b, a.shape)
+                        if v is not None:
+                            return wrap(make_op(name, (a, v), r.out, a.shape, a.device))
+                        v = _seen_broadcast(a, b.shape)
+                        if v is not None:
+                            return wrap(make_op(name, (v, b), r.out, b.shape, a.device))
                 return _build(name, (a, b))
             if t is float:
                 r = RULES2.get((name, a.dtype, float))
@@ -761,6 +769,20 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
 
     method.__name__ = name
     return method
+
+
+def _seen_broadcast(n: Node, shape: tuple[int, ...]) -> Node | None:
+    """Buffer ``n``'s cached view broadcast to ``shape`` (made by :func:`broadcast` before), or None.
+
+    Its existence proves ``n`` broadcasts to ``shape``, so ``shape`` is the op's result shape: the
+    operator skips the generic broadcast path (0-d coefficients, biases reused every step)."""
+    if n.op != "buffer":
+        return None
+    bound = n.bound  # type: ignore[attr-defined]
+    if bound is None:
+        return None
+    views = bound.get("views")
+    return views.get(("b", shape)) if views is not None else None
 
 
 def _inplace_method(name: str) -> Callable[[Array, Any], Array]:

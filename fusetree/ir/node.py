@@ -307,6 +307,16 @@ def make_gemm_sum(args: tuple[Node, ...], shape: tuple[int, ...], dtype: np.dtyp
     return n
 
 
+_IOTA: dict[int, tuple[int, ...]] = {}
+
+
+def _iota(n: int) -> tuple[int, ...]:
+    t = _IOTA.get(n)
+    if t is None:
+        t = _IOTA[n] = tuple(range(n))
+    return t
+
+
 def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None]:
     """Distinct leaves of ``args`` in order, and the sharing map (None when no leaf is shared)."""
     if len(args) == 1:
@@ -322,6 +332,13 @@ def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None
         for a in args:
             out += a.leaves or (a,)
         return out, None
+    if len(args) == 2 and not args[1].leaves:  # (x*y) + x: a tree and one of its own leaves
+        first = args[0].leaves or (args[0],)
+        b = args[1]
+        for j, leaf in enumerate(first):
+            if leaf is b:
+                return first, (_iota(len(first)), (j,))
+        return first + (b,), None  # a Bloom false positive
     # the first operand's leaves are distinct already: taken whole, indexed in one pass. A leaf is
     # shared when the same object comes twice, scalars included: a subtree used twice brings its
     # scalars twice (``y = y * 2.0 - y * 0.5`` in a loop would otherwise double them every level)
