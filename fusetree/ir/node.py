@@ -332,13 +332,24 @@ def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None
         for a in args:
             out += a.leaves or (a,)
         return out, None
-    if len(args) == 2 and not args[1].leaves:  # (x*y) + x: a tree and one of its own leaves
+    if len(args) == 2:  # the common case, at C speed: `in` and `index` compare nodes by identity
         first = args[0].leaves or (args[0],)
         b = args[1]
-        for j, leaf in enumerate(first):
-            if leaf is b:
-                return first, (_iota(len(first)), (j,))
-        return first + (b,), None  # a Bloom false positive
+        if not b.leaves:  # (x*y) + x: a tree and one of its own leaves
+            return (first, (_iota(len(first)), (first.index(b),))) if b in first else (first + (b,), None)
+        second = b.leaves
+        if len(second) <= 8:
+            leaves = list(first)
+            m = []
+            for leaf in second:
+                if leaf in leaves:
+                    m.append(leaves.index(leaf))
+                else:
+                    m.append(len(leaves))
+                    leaves.append(leaf)
+            if len(leaves) == len(first) + len(second):
+                return tuple(leaves), None  # a Bloom false positive
+            return tuple(leaves), (_iota(len(first)), tuple(m))
     # the first operand's leaves are distinct already: taken whole, indexed in one pass. A leaf is
     # shared when the same object comes twice, scalars included: a subtree used twice brings its
     # scalars twice (``y = y * 2.0 - y * 0.5`` in a loop would otherwise double them every level)
