@@ -161,8 +161,8 @@ def _gpu_present() -> bool:
 class CUDAKernel:
     """A loaded kernel and its prepared launch: parameter buffer, pointer array, block size."""
 
-    __slots__ = ("args", "block", "buf", "flat", "func", "max_blocks", "max_threads", "name", "packer",
-                 "params", "per_thread", "ptx", "source", "tile")  # fmt: skip
+    __slots__ = ("args", "block", "buf", "calls", "flat", "func", "max_blocks", "max_threads", "name",
+                 "packer", "params", "per_thread", "ptx", "source", "tile")  # fmt: skip
 
     def __init__(self, func: int, fmt: str, block: int, max_blocks: int, name: str, ptx: str,
                  max_threads: int = 1024, flat: bool = True, per_thread: int = 1, tile: int = 0) -> None:  # fmt: skip
@@ -182,6 +182,8 @@ class CUDAKernel:
         self.per_thread = per_thread  # elements a thread takes per grid-stride step (vectors, unroll)
         self.tile = tile  # > 0: reads a transposed input through tile x tile shared-memory tiles (codegen.elementwise)
         self.source = ""
+        # flat launches: elements -> the cuLaunchKernel arguments before the stream (memoized)
+        self.calls: dict[int, tuple] = {}
 
 
 def _flat_grid(k: CUDAKernel, n: int) -> int:
@@ -353,7 +355,16 @@ class CUDABackend(Backend):
             args.append(n)
             args.append(n)
             k.packer.pack_into(k.buf, 0, *args)
-            self._driver_launch((k.func, _flat_grid(k, n), 1, 1, k.block, 1, 1, 0), k.args, k.name)
+            call = k.calls.get(n)
+            if call is None:
+                if len(k.calls) > 64:
+                    k.calls.clear()
+                call = k.calls[n] = (k.func, _flat_grid(k, n), 1, 1, k.block, 1, 1, 0)
+            stream = _current_stream().ptr
+            try:
+                launch_kernel(*call, stream, k.args, 0)
+            except CUDADriverError as e:
+                self._launch_failed(e.status, call, stream, k.args, k.name)
             return
         args.extend(shape if shape else (1,))
         args.append(n)
