@@ -214,6 +214,7 @@ def test_launch_plumbing_without_a_gpu(monkeypatch):
     be.driver, be.ctx, be.sms = _Driver(), 77, 132
     k = object.__new__(cb.CUDAKernel)
     k.func, k.block, k.max_blocks, k.per_thread, k.flat, k.tile, k.name = 5, 256, 264, 4, True, 0, "ft_test"
+    k.calls = {}
     k.packer = struct.Struct("=QQqq")
     k.buf = ctypes.create_string_buffer(k.packer.size)
     k.params = (ctypes.c_void_p * 4)(*[ctypes.addressof(k.buf) + 8 * j for j in range(4)])
