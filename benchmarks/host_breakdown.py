@@ -91,7 +91,9 @@ def main(argv: list[str] | None = None) -> None:
         prm = tr.prepared[0].params
         print(f"{'launch_params (prepacked)':32s} {us(lambda: be.launch_params(prm)):8.2f} us")
     fresh = x * y + z
-    print("fresh tree takes the one-value path:", R._realize_one(fresh, fresh._node), "pending:", len(R.PENDING))
+    print(
+        "fresh tree takes the one-value path:", R._realize_one(fresh, fresh._node), "pending:", len(R.PENDING)
+    )
 
 
 if __name__ == "__main__":

@@ -339,17 +339,17 @@ def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None
             return (first, (_iota(len(first)), (first.index(b),))) if b in first else (first + (b,), None)
         second = b.leaves
         if len(second) <= 8:
-            leaves = list(first)
-            m = []
+            merged = list(first)
+            where = []
             for leaf in second:
-                if leaf in leaves:
-                    m.append(leaves.index(leaf))
+                if leaf in merged:
+                    where.append(merged.index(leaf))
                 else:
-                    m.append(len(leaves))
-                    leaves.append(leaf)
-            if len(leaves) == len(first) + len(second):
-                return tuple(leaves), None  # a Bloom false positive
-            return tuple(leaves), (_iota(len(first)), tuple(m))
+                    where.append(len(merged))
+                    merged.append(leaf)
+            if len(merged) == len(first) + len(second):
+                return tuple(merged), None  # a Bloom false positive
+            return tuple(merged), (_iota(len(first)), tuple(where))
     # the first operand's leaves are distinct already: taken whole, indexed in one pass. A leaf is
     # shared when the same object comes twice, scalars included: a subtree used twice brings its
     # scalars twice (``y = y * 2.0 - y * 0.5`` in a loop would otherwise double them every level)
