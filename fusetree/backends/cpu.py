@@ -467,10 +467,15 @@ class CPUBackend(Backend):
     def launch(self, launcher: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
         if launcher.flat:  # every array C-contiguous: 1-D views and one size
             for o in outs:
-                args.append((o.view(_U16) if o.dtype is _F16 else o).reshape(-1))
+                if o.dtype is _F16:
+                    o = o.view(_U16)
+                args.append(o if o.ndim == 1 else o.reshape(-1))
             n = math.prod(shape)
             args.append(n)
-            launcher(n, args)
+            if n < launcher.min_par or not launcher.parallel:
+                launcher.entry(*args)  # the serial kernel, called directly
+            else:
+                launcher(n, args)
             return
         staged = []
         for o, lay in zip(outs, layouts):
