@@ -472,8 +472,9 @@ class CPUBackend(Backend):
                 args.append(o if o.ndim == 1 else o.reshape(-1))
             n = math.prod(shape)
             args.append(n)
-            if n < launcher.min_par or not launcher.parallel:
-                launcher.entry(*args)  # the serial kernel, called directly
+            fn = launcher.direct(n)
+            if fn is not None:
+                fn(*args)  # the serial kernel's entry point
             else:
                 launcher(n, args)
             return

@@ -196,10 +196,10 @@ class CuBLASLt:
             self._check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), dtype, rows, cols, ld),
                         "cublasLtMatrixLayoutCreate")  # fmt: skip
             layouts.append(lay.value)
-        results = (_HeuristicResult * 8)()
+        results = (_HeuristicResult * self.CANDIDATES)()
         count = ctypes.c_int(0)
         status = lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc.value, layouts[0], layouts[1], layouts[2],
-                                                    layouts[2], self.pref, 8, results,
+                                                    layouts[2], self.pref, self.CANDIDATES, results,
                                                     ctypes.byref(count))  # fmt: skip
         plan = None
         if status == 0:
@@ -217,6 +217,7 @@ class CuBLASLt:
     # fastest kept. Off by default: on the H200 the char-LSTM training step measured 3.96 ms/step with
     # the heuristic's first choice and 4.00 tuned, and a timed choice can differ between runs.
     TUNE = os.environ.get("FUSETREE_GEMM_TUNE", "0") == "1"
+    CANDIDATES = 8  # heuristic results asked for per problem
     # The heuristic's first choice is often split-K (a GEMM kernel + a reduction kernel: two launches,
     # 2 of the 3 GEMM shapes of an LSTM time step at B128 H512). Its first one-kernel candidate is
     # timed against it and kept unless it is slower by more than this factor.

@@ -360,11 +360,7 @@ class CUDABackend(Backend):
                 if len(k.calls) > 64:
                     k.calls.clear()
                 call = k.calls[n] = (k.func, _flat_grid(k, n), 1, 1, k.block, 1, 1, 0)
-            stream = _current_stream().ptr
-            try:
-                launch_kernel(*call, stream, k.args, 0)
-            except CUDADriverError as e:
-                self._launch_failed(e.status, call, stream, k.args, k.name)
+            self._driver_launch(call, k.args, k.name)
             return
         args.extend(shape if shape else (1,))
         args.append(n)

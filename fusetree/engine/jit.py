@@ -117,8 +117,9 @@ class Trace:
     replayed: Any = None  # the _LastCall of the arguments the last complete ft.jit replay ran on
     whole: list[bool] = field(default_factory=list)  # per result: a kernel's fresh output, entire
     private: set[int] = field(default_factory=set)  # staged arguments whose address changed: copied
-    # a replay on the previous replay's very arguments, when every op is a host launch whose binding
-    # holds but for its fresh outputs (see _fast_program): None undecided, False not possible
+    # a replay on the previous replay's very arguments (see _fast_program): None undecided, False
+    # not possible, else the host program (run by _replay_fast unless ``quick`` runs it) or True
+    # (a CUDA trace: ``quick`` runs it)
     fast: Any = None
     quick: Any = None  # the fast program as a closure, where there is one (see _fast_program)
 
@@ -646,7 +647,7 @@ def _fast_program(trace: Trace) -> list[tuple] | bool | None:
         if any(launch.last is None and not launch.static for launch in prepared):
             return None
         trace.quick = _device_quick(trace)
-        trace.fast = [()] if trace.quick is not None else False
+        trace.fast = trace.quick is not None
         return trace.fast
     prog = []
     for launch in prepared:

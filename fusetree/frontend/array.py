@@ -776,13 +776,7 @@ def _seen_broadcast(n: Node, shape: tuple[int, ...]) -> Node | None:
 
     Its existence proves ``n`` broadcasts to ``shape``, so ``shape`` is the op's result shape: the
     operator skips the generic broadcast path (0-d coefficients, biases reused every step)."""
-    if n.op != "buffer":
-        return None
-    bound = n.bound  # type: ignore[attr-defined]
-    if bound is None:
-        return None
-    views = bound.get("views")
-    return views.get(("b", shape)) if views is not None else None
+    return cached_view(n, ("b", shape)) if n.op == "buffer" else None  # type: ignore[arg-type]
 
 
 def _inplace_method(name: str) -> Callable[[Array, Any], Array]:

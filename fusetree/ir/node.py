@@ -248,46 +248,37 @@ _FLOAT_KEY = _SCALAR_KEYS[(float, _FLOAT_DT)] = intern_key(("scalar", "float"))
 def make_scalar(value: Any) -> Scalar:
     """A leaf for a scalar. Python scalars are weak (NEP 50); NumPy scalars keep their dtype."""
     weak: type | None
+    key: int | None
     t = type(value)
-    if t is float:  # the commonest (0.9 * m): one node, no key lookup
-        n = _new_node(Scalar)
-        n.op, n.dtype, n.shape, n.args, n.attrs, n.key, n.leaves, n.uid = (
-            "scalar",
-            _FLOAT_DT,
-            (),
-            (),
-            (),
-            _FLOAT_KEY,
-            (),
-            0,
-        )
-        n.device, n.flags, n.lo, n.mask, n.memo = "", 0, 1 << 62, 0, None
-        n.value, n.weak = value, float
-        return n
-    if t is int:
-        weak, dt = int, _WEAK_DT[int]
-        if not (-(2**63) <= value < 2**63):
-            raise OverflowError(
-                f"Python integer {value} does not fit in int64 (fusetree passes Python ints as int64)"
-            )
-    elif t is bool:
-        weak, dt = bool, _WEAK_DT[bool]
-    elif t is complex:  # (only complex arrays' unfused ops take one: frontend.unfused)
-        weak, dt = complex, _WEAK_DT[complex]
-    elif isinstance(value, np.generic):
-        weak, dt = None, dtypes.check(value.dtype, "scalar")
-        value = value.item() if dt.kind != "f" else float(value)
-    elif isinstance(value, bool):
-        weak, dt = bool, _WEAK_DT[bool]
-    elif isinstance(value, int):
-        weak, dt = int, _WEAK_DT[int]
-        value = int(value)
+    if t is float:  # the commonest (0.9 * m): its key is known
+        weak, dt, key = float, _FLOAT_DT, _FLOAT_KEY
     else:
-        weak, dt = float, _WEAK_DT[float]
-        value = float(value)
-    key = _SCALAR_KEYS.get((weak, dt))
-    if key is None:
-        key = _SCALAR_KEYS[(weak, dt)] = intern_key(("scalar", weak.__name__ if weak else dtypes.SHORT[dt]))
+        if t is int:
+            weak, dt = int, _WEAK_DT[int]
+            if not (-(2**63) <= value < 2**63):
+                raise OverflowError(
+                    f"Python integer {value} does not fit in int64 (fusetree passes Python ints as int64)"
+                )
+        elif t is bool:
+            weak, dt = bool, _WEAK_DT[bool]
+        elif t is complex:  # (only complex arrays' unfused ops take one: frontend.unfused)
+            weak, dt = complex, _WEAK_DT[complex]
+        elif isinstance(value, np.generic):
+            weak, dt = None, dtypes.check(value.dtype, "scalar")
+            value = value.item() if dt.kind != "f" else float(value)
+        elif isinstance(value, bool):
+            weak, dt = bool, _WEAK_DT[bool]
+        elif isinstance(value, int):
+            weak, dt = int, _WEAK_DT[int]
+            value = int(value)
+        else:
+            weak, dt = float, _WEAK_DT[float]
+            value = float(value)
+        key = _SCALAR_KEYS.get((weak, dt))
+        if key is None:
+            key = _SCALAR_KEYS[(weak, dt)] = intern_key(
+                ("scalar", weak.__name__ if weak else dtypes.SHORT[dt])
+            )
     n = _new_node(Scalar)
     n.op, n.dtype, n.shape, n.args, n.attrs, n.key, n.leaves, n.uid = "scalar", dt, (), (), (), key, (), 0
     n.device, n.flags, n.lo, n.mask, n.memo = "", 0, 1 << 62, 0, None
