@@ -33,6 +33,7 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     gemm) run gemm python3 benchmarks/gemm_host.py;;
     probe) LIMIT=60 TAILN=12 run probe python3 benchmarks/probe_graph.py;;
     gemmk) LIMIT=90 TAILN=8 run gemm_kernels python3 benchmarks/gemm_kernels.py;;
+    transpose) LIMIT=150 TAILN=20 run probe_transpose python3 benchmarks/probe_transpose.py;;
     copies) LIMIT=120 TAILN=30 run probe_copies python3 benchmarks/probe_copies.py --device cuda;;
     breakdown) LIMIT=120 TAILN=20 run host_breakdown python3 benchmarks/host_breakdown.py --device cuda;;
     hostprof) LIMIT=150 TAILN=80 run host_profile python3 benchmarks/host_profile.py --device cuda --n 2000 --top 16;;

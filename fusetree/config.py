@@ -39,9 +39,10 @@ class Options:
     max_kernel_params: int = MAX_KERNEL_PARAMS
     cuda_unroll: int = 1  # groups (vectors or elements) per thread per grid-stride step, CUDA
     cuda_vector: bool = True  # CUDA elementwise kernels: 16-byte accesses where the arrays allow
-    # CUDA kernels reading a transposed input: tile edge (32 or 64; blocks stay 32 x 8 threads,
-    # a 64 tile gives each thread 2 x 8 elements). H200, 8192^2 transposed add, % of copy f32/f16:
-    # 64 -> 57.1/31.2, 32 -> 55.3/31.4 (benchmarks/bandwidth.py): no gain, 32 stays
+    # CUDA kernels reading a transposed input: the tile edge of their scalar path (32 or 64; taken
+    # when sizes, strides or pointers rule out the wide path's 16 x 16 vectors, or without
+    # cuda_vector; a 64 tile gives each thread 2 x 8 elements). H200, 8192^2 transposed add with the
+    # scalar path alone, % of copy f32/f16: 64 -> 57.1/31.2, 32 -> 55.3/31.4: no gain, 32 stays
     cuda_tile: int = 32
     max_cached_kernels: int = 1024  # in-memory kernel cache bound (LRU); a numba CPU kernel holds ~3 MB
     # reductions: threads per row on CUDA (0: chosen from the row length), and rows longer than

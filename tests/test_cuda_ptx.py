@@ -153,15 +153,23 @@ def test_horizontal_kernel_wide_accesses_in_ptx():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_tiled_kernels_compile_at_both_tile_sizes(dtype):
-    """Kernels reading a transposed input compile for CUDA with 32 and 64 tiles (64: two columns
-    and eight rows per thread); another size is refused with the option's name."""
+    """Kernels reading a transposed input compile for CUDA: a wide path (64 x 64 tiles, the
+    transposed input and the other arrays read with 16-byte float32 / 8-byte float16 accesses)
+    and a scalar path with 32 or 64 tiles (64: two columns and eight rows per thread); without
+    wide accesses only the scalar path; another size is refused with the option's name."""
     x, b = (ft.asarray(np.ones((8, 8), dtype)) for _ in range(2))
     for tile, cols in ((32, 1), (64, 2)):
         with ft.options(cuda_tile=tile):
             (k,) = ft.explain(x.T + b, target="cuda").kernels
-        assert f"cuda.shared.array(({tile}, {tile + 1})" in k.source
+        assert "cuda.shared.array((64, 65)" in k.source  # the larger of the two paths' tiles
         assert ("J_1 = " in k.source) == (cols == 2)
+        assert "vld4(in0, " in k.source and "vld4(in1, " in k.source and "vst4(out0, " in k.source
         assert "bar.sync" in k.ptx
+        wide = "ld.global.v4.f32" if dtype == np.float32 else "ld.global.v4.u16"
+        assert wide in k.ptx, k.ptx
+    with ft.options(cuda_vector=False):
+        (k,) = ft.explain(x.T + b, target="cuda").kernels
+    assert "cuda.shared.array((32, 33)" in k.source and "vld" not in k.source
     with ft.options(cuda_tile=48), pytest.raises(ValueError, match="cuda_tile"):
         ft.explain(x.T + b, target="cuda")
 

@@ -350,12 +350,16 @@ def test_large_reductions_and_two_stage_on_gpu(rng):
 def test_wide_access_paths_on_gpu(rng):
     """16-byte loads/stores and their fallbacks on the GPU (real alignment: views at odd element
     offsets are misaligned here, unlike in the simulator's copies), sizes spanning many blocks;
+    transposed inputs through both tile paths;
     reductions with rows held in registers, aligned and misaligned rows."""
     import reduce_cases as rc
     import vector_cases
 
     assert vector_cases.check_elementwise("cuda", rng, scale=100) > 0
     assert vector_cases.check_horizontal("cuda", rng, scale=2) > 0
+    assert vector_cases.check_transposed("cuda", rng, big=True) > 0
+    with ft.options(cuda_tile=64):  # the scalar tile path at its 64 edge
+        assert vector_cases.check_transposed("cuda", rng, big=True) > 0
     for shape in ((64, 4096), (33, 1000), (5, 16384), (7, 16388), (3, 40000)):
         # few long rows are split into two-stage reductions (several launches): launches unchecked
         assert (

@@ -86,6 +86,33 @@ def check_transposed(device, rng, big=False):
             tb = rng.standard_normal((130, 70)).astype(dt)
             yb = rng.standard_normal((70, 130)).astype(dt)
             checked += _run(device, lambda t, y: t.T * y + 1, [tb, yb], (70, 130), dt)
+    checked += check_transposed_wide(device, rng, big)
+    return checked
+
+
+def check_transposed_wide(device, rng, big=False):
+    """The tiled kernels' wide path (sizes multiples of the vector width: 4 elements, 2 for
+    float64) and its scalar fallback in the same kernel (a misaligned pointer, a row stride not a
+    multiple of the width): a partial tile, a batch axis, two transposed inputs, a transposed output
+    view; ``big``: several 64-wide float32 tiles with a partial one."""
+    checked = 0
+    for dt in ("float32", "float16", "float64"):
+        t = rng.standard_normal((44, 36)).astype(dt)
+        y = rng.standard_normal((36, 44)).astype(dt)
+        u = rng.standard_normal((44, 36)).astype(dt)
+        t3 = rng.standard_normal((2, 8, 12)).astype(dt)
+        y3 = rng.standard_normal((2, 12, 8)).astype(dt)
+        wide = rng.standard_normal((44, 41)).astype(dt)
+        checked += _run(device, lambda t, y: t.T * y - 1, [t, y], (36, 44), dt)
+        checked += _run(device, lambda t, y: t.transpose(0, 2, 1) + y, [t3, y3], (2, 12, 8), dt)
+        checked += _run(device, lambda t, u, y: t.T + u.T * y, [t, u, y], (36, 44), dt)
+        checked += _run(device, lambda t, y: t.T + y.T.T, [t, y], (44, 36), dt, out_view=lambda o: o.T)
+        checked += _run(device, lambda w, y: w[:, 1:37].T + y, [wide, y], (36, 44), dt)  # misaligned pointer
+        checked += _run(device, lambda w, y: w[:, :36].T * y, [wide, y], (36, 44), dt)  # row stride 41
+        if big and dt == "float32":  # (float64's 32-wide tiles: several in the shapes above)
+            tb = rng.standard_normal((132, 68)).astype(dt)
+            yb = rng.standard_normal((68, 132)).astype(dt)
+            checked += _run(device, lambda t, y: t.T * y + 1, [tb, yb], (68, 132), dt)
     return checked
 
 

@@ -36,7 +36,7 @@ from numba.cuda import libdevice  # noqa: E402
 from .. import config  # noqa: E402
 from ..codegen import abi  # noqa: E402
 from ..codegen.common import Target  # noqa: E402
-from ..codegen.elementwise import TILE, TILE_ROWS, tiled, vector_width  # noqa: E402
+from ..codegen.elementwise import TILE_BLOCK, tile_edge, tiled, vector_width  # noqa: E402
 from ..errors import CompileError, DeviceError, UnsupportedError  # noqa: E402
 from . import helpers, vector  # noqa: E402
 from .base import Backend, launch_dims, mapped, pow2_at_least, store_product  # noqa: E402
@@ -313,8 +313,11 @@ class CUDABackend(Backend):
         if spec.frame is None and not spec.horizontal:
             opts = config.current
             per_thread = max(1, opts.cuda_unroll) * (vector_width(spec) if opts.cuda_vector else 1)
-        kernel = CUDAKernel(func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt, spec.flat, per_thread,
-                            config.current.cuda_tile if tiled(spec) else 0)  # fmt: skip
+        opts = config.current
+        tile = tile_edge(spec, opts.cuda_vector, opts.cuda_tile) if tiled(spec) else 0
+        kernel = CUDAKernel(
+            func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt, spec.flat, per_thread, tile
+        )
         return kernel, {"disk_hit": disk_hit, "ptx": ptx}
 
     def save_source(self, spec: Any, source: str) -> str:
@@ -373,10 +376,10 @@ class CUDABackend(Backend):
         grid, x along the inner axis (threads enough for the row, ``per_thread`` elements each)
         and y over rows, ``block`` threads per block."""
         per = k.per_thread
-        if k.tile:  # one tile of the last two axes per block at a time, 8 blocks per SM
+        if k.tile:  # one tile of the last two axes per block (codegen.elementwise.TILE_BLOCK)
             ni, nj, t = shape[-2], shape[-1], k.tile
             ntiles = (n // (ni * nj) if ni * nj else 0) * -(-ni // t) * -(-nj // t)
-            return max(1, min(ntiles, 8 * self.sms)), (TILE, TILE_ROWS)
+            return max(1, min(ntiles, 2**31 - 1)), TILE_BLOCK
         if k.flat:
             return _flat_grid(k, n), k.block
         nin = shape[-1] if shape else 1

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..codegen.common import Target
-from ..codegen.elementwise import TILE, TILE_ROWS, tiled
+from ..codegen.elementwise import TILE_BLOCK, tiled
 from ..errors import DeviceError
 from . import helpers, vector
 from .base import Backend, mapped, pow2_at_least, store_product
@@ -88,7 +88,7 @@ class SimBackend(Backend):
         args.extend([n] if launcher.flat else (list(shape) if shape else [1]))
         args.append(n)
         if launcher.tiled:  # the tile shape is fixed by the kernel
-            launcher.fn[2, (TILE, TILE_ROWS)](*args)
+            launcher.fn[2, TILE_BLOCK](*args)
         elif launcher.flat:
             block, grid = 32, max(1, min((n + 31) // 32, 4))
             launcher.fn[grid, block](*args)

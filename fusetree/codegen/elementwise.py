@@ -48,7 +48,8 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
     first, then every copy's ops, then the stores, so loads are in flight together; with a
     ``vector``, the copies of a group load and store the arrays it names with one wide access.
     ``late`` leaves are loaded after the others, with the line ``between`` in between (a barrier);
-    ``guard(sfx)``: a condition each copy's stores are made under."""
+    ``guard(sfx)``: a condition each copy's stores are made under (a vector group's: its first
+    copy's)."""
     reg: dict[Ref, np.dtype] = {}
     desc: dict[Ref, dtypes.Desc] = {}
     name: dict[Ref, str] = {}
@@ -107,18 +108,28 @@ def body(spec: KernelSpec, w: Writer, target: Target, load, store, preloaded: fr
             w(f"{store(k, sfx)} = {stored(out, sfx)}")
         if guard is not None and plain:
             w.dedent()
-    if vector is not None:
+    if vector is not None and wide_outs:
         for e, sfxs in vector.groups:
+            if guard is not None:  # a group is all in or all out: its first element's condition
+                w(f"if {guard(sfxs[0])}:")
+                w.indent()
             for k, out in enumerate(spec.outs):
                 if k in wide_outs:
                     vals = ", ".join(stored(out, s) for s in sfxs)
                     w(f"vst{vector.width}(out{k}, {wide_outs[k].format(e=e)}, ({vals}))")
+            if guard is not None:
+                w.dedent()
 
 
-TILE = (
-    32  # tiled kernels: a block of TILE x TILE_ROWS threads (TILE x TILE output elements per tile by default)
-)
+TILE = 32  # scalar tiled path: tiles of TILE x TILE elements (or 2 TILE: ``cuda_tile``), threads as TILE x TILE_ROWS
 TILE_ROWS = 8
+# tiled kernels are launched with blocks of 16 x 16 threads, one tile per block: the wide path
+# tiles 16 x 16 vectors (a 64 x 64 tile of 4-byte and narrower types), the scalar path sees the
+# same 256 threads as TILE x TILE_ROWS. H100, 8192^2 ``a.T + b`` (benchmarks/probe_transpose.py,
+# % of copy, float32 / 2-byte): 32 x 32 scalar tiles, one per block 94.8 / 71.8, a grid of 8 blocks
+# per SM 89.6 / 77.3; 64 x 64 tiles with 16-byte float32 accesses 99.0, 4-byte pairs of 2-byte
+# elements 89.1 (this kernel: 8-byte quads)
+TILE_BLOCK = (16, 16)
 
 
 def vector_width(spec: KernelSpec) -> int:
@@ -128,18 +139,31 @@ def vector_width(spec: KernelSpec) -> int:
                   + [o.dtype.itemsize for o in spec.outs])  # fmt: skip
 
 
+def tiled_width(spec: KernelSpec, vector: bool = True) -> int:
+    """Elements per wide access of a tiled kernel's wide path (1: none): at most 4, so that a tile
+    of ``16 * width`` squared stays within shared memory for 8-byte types and several inputs."""
+    return min(4, vector_width(spec)) if vector else 1
+
+
+def tile_edge(spec: KernelSpec, vector: bool, tile: int) -> int:
+    """Edge of the tile one block of a tiled kernel covers at a time (the launch's grid unit)."""
+    v = tiled_width(spec, vector)
+    return TILE_BLOCK[0] * v if v > 1 else tile
+
+
 def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True,
            tile: int = TILE) -> tuple[str, list[str]]:  # fmt: skip
     """Source of elementwise kernel ``spec`` for ``target`` and its parameter names. CUDA targets:
     ``unroll`` groups (vectors, or elements without ``vector``) per thread and grid-stride step;
     ``vector``: wide accesses where the arrays allow (see :func:`_render_cuda`); ``tile``: the
-    tile edge of kernels reading a transposed input (32 or 64, :func:`_render_tiled`)."""
+    tile edge of the scalar path of kernels reading a transposed input (32 or 64,
+    :func:`_render_tiled`)."""
     params = [p.name for p in abi.params(spec, target.name)]
     w = begin(spec, target.name, params)
     if target.cuda and tiled(spec):
         if tile not in (TILE, 2 * TILE):
             raise ValueError(f"cuda_tile must be {TILE} or {2 * TILE}, got {tile}")
-        _render_tiled(spec, target, w, tile)
+        _render_tiled(spec, target, w, tile, tiled_width(spec, vector))
     elif target.cuda:
         _render_cuda(spec, target, w, max(1, unroll), vector_width(spec) if vector else 1)
     else:
@@ -158,101 +182,193 @@ def tiled(spec: KernelSpec) -> bool:
     )
 
 
-def _render_tiled(spec: KernelSpec, target: Target, w: Writer, tile: int = TILE) -> None:
-    """A kernel over ``tile x tile`` tiles of the last two axes (rows ``i``, columns ``j``; leading
-    axes are a batch), one tile per block at a time, blocks of ``TILE x TILE_ROWS`` threads.
+def _render_tiled(spec: KernelSpec, target: Target, w: Writer, tile: int = TILE, width: int = 1) -> None:
+    """A kernel over tiles of the last two axes (rows ``i``, columns ``j``; leading axes are a
+    batch), blocks of 16 x 16 threads, each block one tile at a time (a grid-stride loop over
+    tiles). A transposed input ("T": contiguous along ``i``) is read coalesced along ``i`` into a
+    padded shared-memory tile; then every thread computes its elements reading the tile
+    transposed and the other arrays (and writing the outputs) coalesced along ``j``.
 
-    A transposed input ("T": contiguous along ``i``) is read with consecutive threads along ``i``
-    (coalesced) into a padded shared-memory tile, then every thread computes
-    ``(tile/TILE) x (tile/TILE_ROWS)`` elements with consecutive threads along ``j``, reading the
-    tile transposed and the other arrays (and writing the outputs) coalesced along ``j``. Tile and
-    batch positions cost one div/mod per tile. A 64 tile makes each warp's row segments 128 bytes
-    for 2-byte types (64 bytes at 32)."""
+    *Wide path* (``width`` > 1, taken when the sizes, strides and pointers allow: checked once, in
+    the kernel): ``16 width`` square tiles; the transposed inputs are read as ``width``-element
+    vectors along ``i``, the contiguous ("C", "I") arrays as vectors along ``j``; each thread
+    holds ``width`` rows x ``width`` columns. *Scalar path* (else): ``tile`` square tiles, the
+    threads seen as ``TILE x TILE_ROWS``, each ``(tile/TILE) x (tile/TILE_ROWS)`` elements (a 64
+    tile makes a warp's row segments 128 bytes for 2-byte types)."""
     nd = spec.ndim
     ia, ja = nd - 2, nd - 1
-    per = tile // TILE_ROWS  # rows per thread
-    cols = tile // TILE  # columns per thread
     arrays = _arrays(spec)
+    layout = dict(arrays)
+    item = {f"in{i}": lf.dtype.itemsize for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"}
+    item.update({f"out{k}": o.dtype.itemsize for k, o in enumerate(spec.outs)})
     trans = [i for i, lf in enumerate(spec.leaves) if lf.kind == "buffer" and lf.layout == "T"]
+    wide_edge = TILE_BLOCK[0] * width if width > 1 else 0
+    edge = max(tile, wide_edge)
     w(f"nI = n{ia}")
     w(f"nJ = n{ja}")
-    w(f"tI = (nI + {tile - 1}) // {tile}")
-    w(f"tJ = (nJ + {tile - 1}) // {tile}")
     w("plane = nI * nJ")
-    w("ntiles = (ntotal // plane) * tI * tJ if plane > 0 else 0")
-    w("tx = cuda.threadIdx.x")
-    w("ty = cuda.threadIdx.y")
-    for i in trans:
+    w("nb = ntotal // plane if plane > 0 else 0")
+    w(f"lin = cuda.threadIdx.y * {TILE_BLOCK[0]} + cuda.threadIdx.x")
+    for i in trans:  # one array for both paths (the larger tile), rows padded by one element
         st = target.storage(spec.leaves[i].dtype)
-        w(f"sh{i} = cuda.shared.array(({tile}, {tile + 1}), {dtypes.CTOR[st]})")
-    w("tile = cuda.blockIdx.x")
-    w("while tile < ntiles:")
-    w.indent()
-    w("q = tile")
-    w("cj = q % tJ")
-    w("q = q // tJ")
-    w("ci = q % tI")
-    w("b = q // tI")
-    w(f"I0 = ci * {tile}")
-    w(f"J0 = cj * {tile}")
-    if nd > 2:
-        w("q = b")
-        for d in range(ia - 1, 0, -1):
-            w(f"i{d} = q % n{d}")
-            w(f"q = q // n{d}")
-        w("i0 = q")
-    idx: dict[str, str] = {}
-    for a, lay in arrays:
-        if lay == "C":
-            idx[a] = "(b * nI + {I}) * nJ + {J}"
-            continue
-        terms = ([f"{a}_o"] if target.offsets else []) + [f"i{d} * {a}_s{d}" for d in range(ia)]
-        w(f"{a}_p = {' + '.join(terms) or '0'}")
-        inner = {"I": " + {J}", "R": ""}.get(lay, f" + {{J}} * {a}_s{ja}")
-        idx[a] = f"{a}_p + {{I}} * {a}_s{ia}{inner}"
+        w(f"sh{i} = cuda.shared.array(({edge}, {edge + 1}), {dtypes.CTOR[st]})")
 
-    def plus(c: int) -> str:  # column block c of a thread: tx + 32c
-        return f" + {c * TILE}" if c else ""
+    def tile_loop(t: int, tx: str, ty: str) -> dict[str, str]:
+        """The loop over ``t``-square tiles and each tile's position; returns each array's index
+        expression (``{I}``, ``{J}`` standing for the element's row and column)."""
+        w(f"tx = {tx}")
+        w(f"ty = {ty}")
+        w(f"tI = (nI + {t - 1}) // {t}")
+        w(f"tJ = (nJ + {t - 1}) // {t}")
+        w("ntiles = nb * tI * tJ")
+        w("tile = cuda.blockIdx.x")
+        w("while tile < ntiles:")
+        w.indent()
+        w("q = tile")
+        w("cj = q % tJ")
+        w("q = q // tJ")
+        w("ci = q % tI")
+        w("b = q // tI")
+        w(f"I0 = ci * {t}")
+        w(f"J0 = cj * {t}")
+        if nd > 2:
+            w("q = b")
+            for d in range(ia - 1, 0, -1):
+                w(f"i{d} = q % n{d}")
+                w(f"q = q // n{d}")
+            w("i0 = q")
+        idx: dict[str, str] = {}
+        for a, lay in arrays:
+            if lay == "C":
+                idx[a] = "(b * nI + {I}) * nJ + {J}"
+                continue
+            terms = ([f"{a}_o"] if target.offsets else []) + [f"i{d} * {a}_s{d}" for d in range(ia)]
+            w(f"{a}_p = {' + '.join(terms) or '0'}")
+            # "T": contiguous along i (stride 1); "I": along j; "R": j broadcast
+            idx[a] = {"T": f"{a}_p + {{I}} + {{J}} * {a}_s{ja}", "I": f"{a}_p + {{I}} * {a}_s{ia} + {{J}}",
+                      "R": f"{a}_p + {{I}} * {a}_s{ia}"}.get(lay, f"{a}_p + {{I}} * {a}_s{ia} + {{J}} * {a}_s{ja}")  # fmt: skip
+        return idx
 
-    for i in trans:  # coalesced along i into the tile, stored as [j][i]
-        for c in range(cols):
-            for k in range(per):
-                w(f"jj = J0 + ty + {k * TILE_ROWS}")
-                w(f"ii = I0 + tx{plus(c)}")
+    def end_tile() -> None:
+        if trans:
+            w("cuda.syncthreads()")
+        w("tile += cuda.gridDim.x")
+        w.dedent()
+
+    def wide_path() -> None:
+        v, t = width, wide_edge
+        rows = TILE_BLOCK[1]
+        idx = tile_loop(t, "cuda.threadIdx.x", "cuda.threadIdx.y")
+        for i in trans:  # rows jj of the input, vectors along i, stored as sh[j][i]
+            regs = ", ".join(f"v{i}_{e}" for e in range(v))
+            for k in range(t // rows):
+                w(f"jj = J0 + ty + {k * rows}")
+                w(f"ii = I0 + {v} * tx")
                 w("if ii < nI and jj < nJ:")
-                w(
-                    f"    sh{i}[ty + {k * TILE_ROWS}, tx{plus(c)}] = in{i}[{idx[f'in{i}'].format(I='ii', J='jj')}]"
-                )
-    # each thread's elements (I_k, J_c): positions clamped into the array, so every load is valid
-    # and the other operands are in flight with the tile's loads, before the barrier; stores guarded
-    jname = {c: "J" if cols == 1 else f"J_{c}" for c in range(cols)}
-    for c in range(cols):
-        w(f"{jname[c]} = min(J0 + tx{plus(c)}, nJ - 1)")
-    for k in range(per):
-        w(f"I_{k} = min(I0 + ty + {k * TILE_ROWS}, nI - 1)")
-    # copy suffixes: _k (one column per thread) or _c_k
-    where = {(f"_{k}" if cols == 1 else f"_{c}_{k}"): (c, k) for c in range(cols) for k in range(per)}
-    copies = tuple(where)
+                w.indent()
+                w(f"{regs} = vld{v}(in{i}, {idx[f'in{i}'].format(I='ii', J='jj')})")
+                for e in range(v):
+                    w(f"sh{i}[ty + {k * rows}, {v} * tx + {e}] = v{i}_{e}")
+                w.dedent()
+        # a thread's elements: rows I_k (clamped into the array: every load is valid), columns
+        # Jv .. Jv + width - 1 (nJ is a multiple of width: a vector is all in or all out)
+        per = t // rows
+        w(f"Jv = min(J0 + {v} * tx, nJ - {v})")
+        for k in range(per):
+            w(f"I_{k} = min(I0 + ty + {k * rows}, nI - 1)")
+        where = {f"_{k}_{e}": (k, e) for k in range(per) for e in range(v)}
+        wide = [a for a, lay in arrays if lay in ("C", "I")]
+        vec = Vector(v, {}, {}, [(f"I_{k}", [f"_{k}_{e}" for e in range(v)]) for k in range(per)])
+        for i in range(len(spec.leaves)):
+            if f"in{i}" in wide:
+                vec.leaves[i] = idx[f"in{i}"].format(I="{e}", J="Jv")
+        for k in range(len(spec.outs)):
+            if f"out{k}" in wide:
+                vec.outs[k] = idx[f"out{k}"].format(I="{e}", J="Jv")
 
-    def at(a: str, sfx: str) -> str:
-        c, k = where[sfx]
-        return f"{a}[{idx[a].format(I=f'I_{k}', J=jname[c])}]"
+        def at(a: str, sfx: str) -> str:
+            k, e = where[sfx]
+            return f"{a}[{idx[a].format(I=f'I_{k}', J=f'(Jv + {e})' if e else 'Jv')}]"
 
-    def load(i: int, sfx: str) -> str:
-        if i in trans:
+        def load(i: int, sfx: str) -> str:
+            if i in trans:
+                k, e = where[sfx]
+                return f"sh{i}[Jv - J0{f' + {e}' if e else ''}, I_{k} - I0]"
+            return at(f"in{i}", sfx)
+
+        def guard(sfx: str) -> str:
+            k, _ = where[sfx]
+            return f"J0 + {v} * tx < nJ and I0 + ty + {k * rows} < nI"
+
+        body(spec, w, target, load=load, store=lambda k, sfx: at(f"out{k}", sfx), copies=tuple(where),
+             vector=vec, late=set(trans), between="cuda.syncthreads()" if trans else "", guard=guard)  # fmt: skip
+        end_tile()
+
+    def scalar_path() -> None:
+        per = tile // TILE_ROWS  # rows per thread
+        cols = tile // TILE  # columns per thread
+        idx = tile_loop(tile, f"lin % {TILE}", f"lin // {TILE}")
+
+        def plus(c: int) -> str:  # column block c of a thread: tx + 32c
+            return f" + {c * TILE}" if c else ""
+
+        for i in trans:  # coalesced along i into the tile, stored as [j][i]
+            for c in range(cols):
+                for k in range(per):
+                    w(f"jj = J0 + ty + {k * TILE_ROWS}")
+                    w(f"ii = I0 + tx{plus(c)}")
+                    w("if ii < nI and jj < nJ:")
+                    w(
+                        f"    sh{i}[ty + {k * TILE_ROWS}, tx{plus(c)}] = in{i}[{idx[f'in{i}'].format(I='ii', J='jj')}]"
+                    )
+        # each thread's elements (I_k, J_c): positions clamped into the array, so every load is
+        # valid and the other operands are in flight with the tile's loads, before the barrier
+        jname = {c: "J" if cols == 1 else f"J_{c}" for c in range(cols)}
+        for c in range(cols):
+            w(f"{jname[c]} = min(J0 + tx{plus(c)}, nJ - 1)")
+        for k in range(per):
+            w(f"I_{k} = min(I0 + ty + {k * TILE_ROWS}, nI - 1)")
+        where = {(f"_{k}" if cols == 1 else f"_{c}_{k}"): (c, k) for c in range(cols) for k in range(per)}
+
+        def at(a: str, sfx: str) -> str:
             c, k = where[sfx]
-            return f"sh{i}[{jname[c]} - J0, I_{k} - I0]"
-        return at(f"in{i}", sfx)
+            return f"{a}[{idx[a].format(I=f'I_{k}', J=jname[c])}]"
 
-    def guard(sfx: str) -> str:
-        c, k = where[sfx]
-        return f"J0 + tx{plus(c)} < nJ and I0 + ty + {k * TILE_ROWS} < nI"
+        def load(i: int, sfx: str) -> str:
+            if i in trans:
+                c, k = where[sfx]
+                return f"sh{i}[{jname[c]} - J0, I_{k} - I0]"
+            return at(f"in{i}", sfx)
 
-    body(spec, w, target, load=load, store=lambda k, sfx: at(f"out{k}", sfx), copies=copies, late=set(trans),
-         between="cuda.syncthreads()" if trans else "", guard=guard)  # fmt: skip
-    if trans:
-        w("cuda.syncthreads()")
-    w("tile += cuda.gridDim.x")
+        def guard(sfx: str) -> str:
+            c, k = where[sfx]
+            return f"J0 + tx{plus(c)} < nJ and I0 + ty + {k * TILE_ROWS} < nI"
+
+        body(spec, w, target, load=load, store=lambda k, sfx: at(f"out{k}", sfx), copies=tuple(where),
+             late=set(trans), between="cuda.syncthreads()" if trans else "", guard=guard)  # fmt: skip
+        end_tile()
+
+    if width == 1:
+        scalar_path()
+        return
+    # the wide path's condition (uniform across threads): sizes, strides and pointers in vectors
+    wide = [a for a, lay in arrays if lay in ("C", "I", "T")]
+    pointers = [(f"(addr({a}) + {a}_o * {item[a]})" if target.offsets and spec.strided(layout[a]) else f"addr({a})",
+                 item[a]) for a in wide]  # fmt: skip
+    conds = [f"nI % {width} == 0", f"nJ % {width} == 0", aligned_check(pointers, width)]
+    for a in wide:
+        if layout[a] == "T":
+            conds += [f"{a}_s{d} % {width} == 0" for d in range(nd) if d != ia]
+        elif layout[a] == "I":
+            conds += [f"{a}_s{d} % {width} == 0" for d in range(ja)]
+    w(f"if {' and '.join(conds)}:")
+    w.indent()
+    wide_path()
+    w.dedent()
+    w("else:")
+    w.indent()
+    scalar_path()
+    w.dedent()
 
 
 def _arrays(spec: KernelSpec) -> list[tuple[str, str]]:
