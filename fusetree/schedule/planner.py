@@ -382,8 +382,17 @@ class _Planner:
             olays = ["acc"]
         else:
             olays = ["full" if n.shape == full else "row" for n in nodes]
+        # CPU: rows of unit stride (one reduced axis, the last, contiguous in every full array) get
+        # element loops LLVM vectorizes (codegen.frame); the key tells them apart
+        unit = (
+            self.target.name == "cpu"
+            and list(axes) == [len(full) - 1]
+            and all(leaf_layout(x) in ("C", "I") for x, lay in zip(leaves, lays) if lay == "full")
+            and all(lay in ("C", "I") for lay, olay in zip(layouts, olays) if olay == "full")
+        )
+        frame_key = (axes, bool(partial), True) if unit else (axes, bool(partial))
         spec = spec_for([root], paths, leaves, olays, self.target.name, self.target.tag,
-                        (axes, bool(partial)), lays, len(full), [acc] if acc is not None else None)  # fmt: skip
+                        frame_key, lays, len(full), [acc] if acc is not None else None)  # fmt: skip
         n_params = self.target.count_params(spec)
         if n_params > self.target.max_params:
             raise ShapeError(
