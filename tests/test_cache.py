@@ -162,3 +162,37 @@ def _spec_of(a):
     tgt = planner.PlanTarget("cpu", "cpu/test", 255, 1, lambda spec: 0)
     plan = planner.plan([n], [(0, ())], ["C"], n.leaves, n.shape, tgt)
     return plan.steps[-1].spec
+
+
+def test_float16_views_are_bound_without_retrying_a_failed_numba_compile(monkeypatch):
+    """Binding a float16 view asks numba for its byte offset; numba cannot type float16 and its
+    dispatcher would retry (and fail) the compile on every call, ~10 ms each: the dtype pair is
+    remembered after the first failure and the NumPy path answers from then on."""
+    from fusetree.backends import cpu
+
+    calls = []
+
+    def untyped(v, b):  # numba's behaviour: a typing error for float16, every call
+        if np.float16 in (v.dtype, b.dtype):
+            calls.append((v.dtype, b.dtype))
+            raise TypeError("cannot type float16")
+        return v.__array_interface__["data"][0] - b.__array_interface__["data"][0]
+
+    monkeypatch.setattr(cpu, "_byte_offset", untyped)
+    monkeypatch.setattr(cpu, "_UNTYPED", set())
+    x = np.zeros((8, 8), np.float16)
+    for _ in range(3):
+        assert cpu.byte_offset(x[1:, 2:], x) == (8 + 2) * 2
+    assert len(calls) == 1
+    y = ft.asarray(np.arange(64, dtype=np.float16).reshape(8, 8) / 64)
+    want = _np_softmax(np.arange(64).reshape(8, 8)[:, ::2] / 64)
+    tried = []
+    for _ in range(3):  # an eager float16 reduction over a strided view: correct, no retried compile
+        np.testing.assert_allclose(ft.softmax(y[:, ::2], -1).numpy(), want, rtol=2e-3)
+        tried.append(len(calls))
+    assert tried[0] == tried[1] == tried[2] and len(set(calls)) == len(calls), calls
+
+
+def _np_softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)

@@ -595,13 +595,20 @@ def _byte_offset(v, b):  # type: ignore[no-untyped-def]
     return v.ctypes.data - b.ctypes.data
 
 
+_UNTYPED: set[tuple[np.dtype, np.dtype]] = set()  # dtype pairs numba cannot type (float16)
+
+
 def byte_offset(v: np.ndarray, b: np.ndarray) -> int:
     """Address of ``v``'s element 0 minus ``b``'s: through numba (0.2 µs; ``__array_interface__``
-    builds a dict per call, 0.9 µs), or NumPy for arrays numba cannot type."""
-    try:
-        return int(_byte_offset(v, b))
-    except Exception:
-        return int(v.__array_interface__["data"][0] - b.__array_interface__["data"][0])
+    builds a dict per call, 0.9 µs), or NumPy for arrays numba cannot type (remembered: numba's
+    dispatcher retries a failed compile on every call, ~10 ms each)."""
+    pair = (v.dtype, b.dtype)
+    if pair not in _UNTYPED:
+        try:
+            return int(_byte_offset(v, b))
+        except Exception:
+            _UNTYPED.add(pair)
+    return int(v.__array_interface__["data"][0] - b.__array_interface__["data"][0])
 
 
 def _flat(arr: np.ndarray) -> np.ndarray:
