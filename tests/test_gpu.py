@@ -347,19 +347,28 @@ def test_large_reductions_and_two_stage_on_gpu(rng):
         np.testing.assert_allclose(y, rc._np_softmax(x.astype(np.float64), -1), rtol=2e-5, atol=1e-9)
 
 
+def test_transposed_tiles_on_gpu(rng):
+    """Kernels reading a transposed input: the wide tile path (16-byte float32, 8-byte float16,
+    float64 vectors) and the scalar tile path in the same kernel (misaligned pointers, row strides
+    and sizes that are not multiples of the width), at both scalar tile edges; several tiles,
+    partial tiles, a batch axis, a transposed output. (Apart from test_wide_access_paths_on_gpu:
+    each compiles a few hundred kernels on a cold cache.)"""
+    import vector_cases
+
+    assert vector_cases.check_transposed("cuda", rng, big=True) > 0
+    with ft.options(cuda_tile=64):  # the scalar tile path at its 64 edge
+        assert vector_cases.check_transposed("cuda", rng, big=True) > 0
+
+
 def test_wide_access_paths_on_gpu(rng):
     """16-byte loads/stores and their fallbacks on the GPU (real alignment: views at odd element
     offsets are misaligned here, unlike in the simulator's copies), sizes spanning many blocks;
-    transposed inputs through both tile paths;
     reductions with rows held in registers, aligned and misaligned rows."""
     import reduce_cases as rc
     import vector_cases
 
     assert vector_cases.check_elementwise("cuda", rng, scale=100) > 0
     assert vector_cases.check_horizontal("cuda", rng, scale=2) > 0
-    assert vector_cases.check_transposed("cuda", rng, big=True) > 0
-    with ft.options(cuda_tile=64):  # the scalar tile path at its 64 edge
-        assert vector_cases.check_transposed("cuda", rng, big=True) > 0
     for shape in ((64, 4096), (33, 1000), (5, 16384), (7, 16388), (3, 40000)):
         # few long rows are split into two-stage reductions (several launches): launches unchecked
         assert (
