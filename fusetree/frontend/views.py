@@ -25,7 +25,12 @@ def view_of(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], v
     if node.op == "buffer":
         return _buffer_view(node, leaf_fn, vkey)  # type: ignore[arg-type]
     args = node.args
-    if node.leaves and all(a.op in _LEAF_OPS for a in args):  # one op over leaves (x@W + b): no walk
+    over_leaves = bool(node.leaves)
+    for a in args:
+        if a.op not in _LEAF_OPS:
+            over_leaves = False
+            break
+    if over_leaves:  # one op over leaves (x@W + b): no walk
         views: list[Node] = []
         for i, a in enumerate(args):
             for j in range(i):
