@@ -255,6 +255,31 @@ def _render_tiled(spec: KernelSpec, target: Target, w: Writer, tile: int = TILE,
         w("tile += cuda.gridDim.x")
         w.dedent()
 
+    def tile_body(
+        idx: dict[str, str], cells: dict[str, tuple[str, str, str, str]], vec: Vector | None = None
+    ) -> None:
+        """A tile's loads, ops and stores, and the loop's end. ``cells``: each copy suffix's element
+        (row, column: clamped into the array; the unclamped row and column its stores are
+        guarded by)."""
+
+        def at(a: str, sfx: str) -> str:
+            row, col, _, _ = cells[sfx]
+            return f"{a}[{idx[a].format(I=row, J=col)}]"
+
+        def load(i: int, sfx: str) -> str:
+            if i in trans:  # the transposed input from the shared tile
+                row, col, _, _ = cells[sfx]
+                return f"sh{i}[{col} - J0, {row} - I0]"
+            return at(f"in{i}", sfx)
+
+        def guard(sfx: str) -> str:
+            _, _, row, col = cells[sfx]
+            return f"{col} < nJ and {row} < nI"
+
+        body(spec, w, target, load=load, store=lambda k, sfx: at(f"out{k}", sfx), copies=tuple(cells), vector=vec,
+             late=set(trans), between="cuda.syncthreads()" if trans else "", guard=guard)  # fmt: skip
+        end_tile()
+
     def wide_path() -> None:
         v, t = width, wide_edge
         rows = TILE_BLOCK[1]
@@ -286,23 +311,9 @@ def _render_tiled(spec: KernelSpec, target: Target, w: Writer, tile: int = TILE,
             if f"out{k}" in wide:
                 vec.outs[k] = idx[f"out{k}"].format(I="{e}", J="Jv")
 
-        def at(a: str, sfx: str) -> str:
-            k, e = where[sfx]
-            return f"{a}[{idx[a].format(I=f'I_{k}', J=f'(Jv + {e})' if e else 'Jv')}]"
-
-        def load(i: int, sfx: str) -> str:
-            if i in trans:
-                k, e = where[sfx]
-                return f"sh{i}[Jv - J0{f' + {e}' if e else ''}, I_{k} - I0]"
-            return at(f"in{i}", sfx)
-
-        def guard(sfx: str) -> str:
-            k, _ = where[sfx]
-            return f"J0 + {v} * tx < nJ and I0 + ty + {k * rows} < nI"
-
-        body(spec, w, target, load=load, store=lambda k, sfx: at(f"out{k}", sfx), copies=tuple(where),
-             vector=vec, late=set(trans), between="cuda.syncthreads()" if trans else "", guard=guard)  # fmt: skip
-        end_tile()
+        cells = {sfx: (f"I_{k}", f"(Jv + {e})" if e else "Jv", f"I0 + ty + {k * rows}", f"J0 + {v} * tx")
+                 for sfx, (k, e) in where.items()}  # fmt: skip
+        tile_body(idx, cells, vec)
 
     def scalar_path() -> None:
         per = tile // TILE_ROWS  # rows per thread
@@ -328,25 +339,10 @@ def _render_tiled(spec: KernelSpec, target: Target, w: Writer, tile: int = TILE,
             w(f"{jname[c]} = min(J0 + tx{plus(c)}, nJ - 1)")
         for k in range(per):
             w(f"I_{k} = min(I0 + ty + {k * TILE_ROWS}, nI - 1)")
-        where = {(f"_{k}" if cols == 1 else f"_{c}_{k}"): (c, k) for c in range(cols) for k in range(per)}
-
-        def at(a: str, sfx: str) -> str:
-            c, k = where[sfx]
-            return f"{a}[{idx[a].format(I=f'I_{k}', J=jname[c])}]"
-
-        def load(i: int, sfx: str) -> str:
-            if i in trans:
-                c, k = where[sfx]
-                return f"sh{i}[{jname[c]} - J0, I_{k} - I0]"
-            return at(f"in{i}", sfx)
-
-        def guard(sfx: str) -> str:
-            c, k = where[sfx]
-            return f"J0 + tx{plus(c)} < nJ and I0 + ty + {k * TILE_ROWS} < nI"
-
-        body(spec, w, target, load=load, store=lambda k, sfx: at(f"out{k}", sfx), copies=tuple(where),
-             late=set(trans), between="cuda.syncthreads()" if trans else "", guard=guard)  # fmt: skip
-        end_tile()
+        cells = {(f"_{k}" if cols == 1 else f"_{c}_{k}"): (f"I_{k}", jname[c], f"I0 + ty + {k * TILE_ROWS}",
+                                                          f"J0 + tx{plus(c)}")
+                 for c in range(cols) for k in range(per)}  # fmt: skip
+        tile_body(idx, cells)
 
     if width == 1:
         scalar_path()
