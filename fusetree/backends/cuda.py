@@ -309,11 +309,10 @@ class CUDABackend(Backend):
             func = self.driver.function(mod, name)
             block, per_sm = self.driver.occupancy(func)
             maxt = self.driver.max_threads(func)
+        opts = config.current
         per_thread = 1
         if spec.frame is None and not spec.horizontal:
-            opts = config.current
             per_thread = max(1, opts.cuda_unroll) * (vector_width(spec) if opts.cuda_vector else 1)
-        opts = config.current
         tile = tile_edge(spec, opts.cuda_vector, opts.cuda_tile) if tiled(spec) else 0
         kernel = CUDAKernel(
             func, fmt, block, per_sm * self.sms, spec.name, ptx, maxt, spec.flat, per_thread, tile

@@ -198,9 +198,6 @@ def _render_tiled(spec: KernelSpec, target: Target, w: Writer, tile: int = TILE,
     nd = spec.ndim
     ia, ja = nd - 2, nd - 1
     arrays = _arrays(spec)
-    layout = dict(arrays)
-    item = {f"in{i}": lf.dtype.itemsize for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"}
-    item.update({f"out{k}": o.dtype.itemsize for k, o in enumerate(spec.outs)})
     trans = [i for i, lf in enumerate(spec.leaves) if lf.kind == "buffer" and lf.layout == "T"]
     wide_edge = TILE_BLOCK[0] * width if width > 1 else 0
     edge = max(tile, wide_edge)
@@ -348,14 +345,12 @@ def _render_tiled(spec: KernelSpec, target: Target, w: Writer, tile: int = TILE,
         scalar_path()
         return
     # the wide path's condition (uniform across threads): sizes, strides and pointers in vectors
-    wide = [a for a, lay in arrays if lay in ("C", "I", "T")]
-    pointers = [(f"(addr({a}) + {a}_o * {item[a]})" if target.offsets and spec.strided(layout[a]) else f"addr({a})",
-                 item[a]) for a in wide]  # fmt: skip
-    conds = [f"nI % {width} == 0", f"nJ % {width} == 0", aligned_check(pointers, width)]
-    for a in wide:
-        if layout[a] == "T":
+    wide = [(a, lay) for a, lay in arrays if lay in ("C", "I", "T")]
+    conds = [f"nI % {width} == 0", f"nJ % {width} == 0", aligned_check(_pointers(spec, target, wide), width)]
+    for a, lay in wide:
+        if lay == "T":
             conds += [f"{a}_s{d} % {width} == 0" for d in range(nd) if d != ia]
-        elif layout[a] == "I":
+        elif lay == "I":
             conds += [f"{a}_s{d} % {width} == 0" for d in range(ja)]
     w(f"if {' and '.join(conds)}:")
     w.indent()
@@ -365,6 +360,21 @@ def _render_tiled(spec: KernelSpec, target: Target, w: Writer, tile: int = TILE,
     w.indent()
     scalar_path()
     w.dedent()
+
+
+def _itemsizes(spec: KernelSpec) -> dict[str, int]:
+    """Each array parameter's element size (``in<i>``, ``out<k>``)."""
+    item = {f"in{i}": lf.dtype.itemsize for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"}
+    item.update({f"out{k}": o.dtype.itemsize for k, o in enumerate(spec.outs)})
+    return item
+
+
+def _pointers(spec: KernelSpec, target: Target, arrays: list[tuple[str, str]]) -> list[tuple[str, int]]:
+    """(address expression of element 0, item size) of each ``(array, layout)``, for
+    :func:`.common.aligned_check` (targets passing element offsets add them)."""
+    item = _itemsizes(spec)
+    return [(f"(addr({a}) + {a}_o * {item[a]})" if target.offsets and spec.strided(lay) else f"addr({a})", item[a])
+            for a, lay in arrays]  # fmt: skip
 
 
 def _arrays(spec: KernelSpec) -> list[tuple[str, str]]:
@@ -441,8 +451,6 @@ def _render_cuda(spec: KernelSpec, target: Target, w: Writer, unroll: int, width
     leaves are loaded once per row; strided ("S") arrays one element at a time.
     """
     arrays = _arrays(spec)
-    item = {f"in{i}": lf.dtype.itemsize for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"}
-    item.update({f"out{k}": o.dtype.itemsize for k, o in enumerate(spec.outs)})
     nd = max(spec.ndim, 1)
     last = nd - 1
     flat = spec.flat
@@ -454,11 +462,7 @@ def _render_cuda(spec: KernelSpec, target: Target, w: Writer, unroll: int, width
     def aligned() -> str:
         """The kernel's condition for wide accesses (uniform across threads)."""
         conds = [] if flat else [f"nin % {width} == 0"]
-        pointers = []
-        for a in wide_arrays:
-            offset = target.offsets and spec.strided(layout[a])
-            pointers.append((f"(addr({a}) + {a}_o * {item[a]})" if offset else f"addr({a})", item[a]))
-        conds.append(aligned_check(pointers, width))
+        conds.append(aligned_check(_pointers(spec, target, [(a, layout[a]) for a in wide_arrays]), width))
         for a in wide_arrays:
             if not flat and layout[a] == "I":
                 conds += [f"{a}_s{d} % {width} == 0" for d in range(last)]

@@ -73,18 +73,7 @@ class _Levels:
 
 def _cone(spec: KernelSpec, lev: _Levels, roots: list[Ref]) -> list[int]:
     """Full-level ops (indices, in order) needed to compute ``roots`` inside an element loop."""
-    need: set[int] = set()
-    stack = [r for r in roots if r[0] == "t" and lev.level[r] == "full"]
-    while stack:
-        r = stack.pop()
-        if r[1] in need:
-            continue
-        need.add(r[1])
-        o = spec.ops[r[1]]
-        if o.op == "expand":
-            continue
-        stack.extend(a for a in o.args if a[0] == "t" and lev.level[a] == "full")
-    return sorted(need)
+    return _cone_until(spec, lev, roots, set())[0]
 
 
 def _cone_until(
@@ -136,7 +125,8 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
     full_arrays = [
         f"in{i}" for i, lf in enumerate(spec.leaves) if lf.kind == "buffer" and lf.layout == "full"
     ]
-    full_arrays += [f"out{k}" for k, o in enumerate(spec.outs) if o.layout == "full"]
+    full_outs = [k for k, o in enumerate(spec.outs) if o.layout == "full"]
+    full_arrays += [f"out{k}" for k in full_outs]
     # -- the row held in registers (CUDA, one reduced axis): ``groups`` vectors of ``width``
     # elements per thread, loaded once with wide accesses and kept across the phases
     itemsize = {f"in{i}": lf.dtype.itemsize for i, lf in enumerate(spec.leaves) if lf.kind == "buffer"}
@@ -180,6 +170,12 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
 
     def comb(kind: str, a: str, b: str) -> str:
         return REDUCTIONS[kind].combine.format(a, b)
+
+    def acc_value(j: int) -> str:
+        """Reduction ``j``'s input as its accumulator takes it (not for index reductions)."""
+        kind, src_reg, acc = accs[j]
+        v = name[spec.ops[j].args[0]]
+        return f"int32({v} != 0)" if kind in ("any", "all") else cast(v, src_reg, acc)
 
     if cuda:
         w("tid = cuda.threadIdx.x")
@@ -263,11 +259,8 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
         its ops (CUDA: positions in every full array, as always)."""
         arrays = full_arrays
         if not cuda:
-            arrays = [
-                a
-                for a in full_arrays
-                if (a[0] == "o" and outs) or (a[0] == "i" and int(a[2:]) in leaves_needed)
-            ]
+            wanted = {f"in{i}" for i in leaves_needed} | ({f"out{k}" for k in full_outs} if outs else set())
+            arrays = [a for a in full_arrays if a in wanted]
         if len(axes) == 1:
             for a in arrays:
                 # unit-stride rows: an index LLVM sees as contiguous (it vectorizes the loop; it
@@ -401,10 +394,7 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
         for c in range(lanes):
             cur["s"], cur["J"] = f"_{c}", f"(jb + {c})"
             for j in red:
-                kind, src_reg, acc = accs[j]
-                v = name[spec.ops[j].args[0]]
-                v = f"int32({v} != 0)" if kind in ("any", "all") else cast(v, src_reg, acc)
-                wc(f"a{j}_{c} = {comb(kind, f'a{j}_{c}', v)}")
+                wc(f"a{j}_{c} = {comb(accs[j][0], f'a{j}_{c}', acc_value(j))}")
         w.dedent()
         cur["s"], cur["J"] = "", "j"
         w("for j in range(jm, hi):")
@@ -421,7 +411,6 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
     # later (softmax's exp, layernorm's centred x) are kept in row buffers ``h<op>``, and a pass
     # whose reduction inputs are computed first writes them (an element loop with no carried
     # value, which LLVM vectorizes) and then reduces the buffer (a loop of one combine each)
-    full_outs = [k for k, o in enumerate(spec.outs) if o.layout == "full"]
     passes: list[list[Ref]] = [
         [spec.ops[j].args[0] for j in accs if lev.ready[("t", j)] == phase]
         for phase in range(1, lev.phases + 1)
@@ -431,11 +420,10 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
     stored: set[int] = set()  # ops kept in row buffers
     if not cuda:
         done: set[int] = set()
-        for roots in passes:
+        for p, roots in enumerate(passes):
             ops, boundary = _cone_until(spec, lev, roots, done)
-            staged_inputs = (
-                {r[1] for r in roots if r[0] == "t" and r[1] in ops} if roots is not passes[-1] else set()
-            )
+            last = p == len(passes) - 1  # (the outputs' pass: nothing reduced after it)
+            staged_inputs = set() if last else {r[1] for r in roots if r[0] == "t" and r[1] in ops}
             computed.append(ops)
             loads.append(boundary)
             stored |= boundary | staged_inputs
@@ -452,7 +440,6 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
         for phase in range(1, lev.phases + 1):
             red = [j for j in accs if lev.ready[("t", j)] == phase]
             inputs = [spec.ops[j].args[0] for j in red]
-            ops_needed = _cone(spec, lev, inputs)
             for j in red:
                 kind, _, acc = accs[j]
                 w(f"a{j} = {identity_value(kind, acc)}")
@@ -470,18 +457,14 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
                         wc(f"    a{j} = v{j}")
                         wc(f"    a{j}_i = {{J}}")
                         continue
-                    if kind in ("any", "all"):
-                        v = f"int32({v} != 0)"
-                    else:
-                        v = cast(v, src_reg, acc)
-                    wc(f"a{j} = {comb(kind, f'a{j}', v)}")
+                    wc(f"a{j} = {comb(kind, f'a{j}', acc_value(j))}")
 
-            if not cuda:
-                staged_pass(phase - 1, red, update)
-            else:
-                loop(ops_needed, full_leaves(ops_needed, inputs), update)
             if cuda:
+                ops_needed = _cone(spec, lev, inputs)
+                loop(ops_needed, full_leaves(ops_needed, inputs), update)
                 _group_combine(w, red, accs, comb, sim=target.name == "cuda-sim")
+            else:
+                staged_pass(phase - 1, red, update)
             for j in red:
                 kind, _, acc = accs[j]
                 o = spec.ops[j]
@@ -499,8 +482,9 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
         # the last pass: full outputs
         if full_outs:
             refs = [spec.outs[k].ref for k in full_outs]
-            ops_needed = _cone(spec, lev, refs)
-            if not cuda:
+            if cuda:
+                ops_needed = _cone(spec, lev, refs)
+            else:
                 use_buffers(len(passes) - 1)
                 ops_needed = computed[-1]
 
