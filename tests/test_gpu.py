@@ -360,15 +360,21 @@ def test_transposed_tiles_on_gpu(rng):
         assert vector_cases.check_transposed("cuda", rng, big=True) > 0
 
 
-def test_wide_access_paths_on_gpu(rng):
+@pytest.mark.parametrize("part", ["elementwise", "horizontal", "reductions"])
+def test_wide_access_paths_on_gpu(rng, part):
     """16-byte loads/stores and their fallbacks on the GPU (real alignment: views at odd element
     offsets are misaligned here, unlike in the simulator's copies), sizes spanning many blocks;
-    reductions with rows held in registers, aligned and misaligned rows."""
+    reductions with rows held in registers, aligned and misaligned rows. In three parts: each
+    compiles a few hundred kernels on a cold cache, so the suite's slices spread them."""
     import reduce_cases as rc
     import vector_cases
 
-    assert vector_cases.check_elementwise("cuda", rng, scale=100) > 0
-    assert vector_cases.check_horizontal("cuda", rng, scale=2) > 0
+    if part == "elementwise":
+        assert vector_cases.check_elementwise("cuda", rng, scale=100) > 0
+        return
+    if part == "horizontal":
+        assert vector_cases.check_horizontal("cuda", rng, scale=2) > 0
+        return
     for shape in ((64, 4096), (33, 1000), (5, 16384), (7, 16388), (3, 40000)):
         # few long rows are split into two-stage reductions (several launches): launches unchecked
         assert (
@@ -853,3 +859,34 @@ def test_deep_chains_and_shared_dags_on_gpu(rng):
     ft.reset_stats()
     np.testing.assert_allclose(y.numpy(), r, rtol=1e-5)
     assert ft.stats()["launches"] == 1
+
+
+def test_arithmetic_views_on_gpu(rng):
+    """Slices of pending GEMM outputs and of memory bound by pointer arithmetic (no CuPy view
+    objects): results against NumPy, aliasing both ways."""
+    import view_cases
+
+    assert view_cases.check_arithmetic_views("cuda", rng) > 0
+
+
+def test_repeated_gemms_take_the_memoized_path_on_gpu(rng):
+    """A product seen before launches through its memoized plan (GemmFast): same shapes with other
+    strides (a transposed operand), an accumulating second product, float64, an output view."""
+    import cupy as cp
+
+    from fusetree import backends
+
+    be = backends.get("cuda")
+    for dt in (np.float32, np.float64):
+        for _ in range(3):  # first call: the general path; later ones: the memoized one
+            a, b, c = (rng.standard_normal(s).astype(dt) for s in ((16, 24), (24, 40), (40, 24)))
+            A, B, C = cp.asarray(a), cp.asarray(b), cp.asarray(c)
+            out = be.gemm(A, B)
+            np.testing.assert_allclose(out.get(), a @ b, rtol=1e-4)
+            be.gemm(A, C.T, out=out, accumulate=True)  # a transposed operand: another key
+            np.testing.assert_allclose(out.get(), a @ b + a @ c.T, rtol=1e-4)
+            big = cp.zeros((16, 80), dt)
+            be.gemm(A, B, out=big[:, :40])  # a non-contiguous output view: through a temporary
+            np.testing.assert_allclose(big.get()[:, :40], a @ b, rtol=1e-4)
+            assert float(abs(big[:, 40:]).max()) == 0.0
+    assert be._gemm_fast or not be._lt

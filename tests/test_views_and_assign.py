@@ -141,3 +141,12 @@ def test_repeated_broadcasts_of_a_buffer_reuse_its_view_and_see_writes(rng):
         np.testing.assert_allclose((bias - fy).numpy(), bias.numpy() - y, rtol=1e-6)  # another shape
         np.testing.assert_allclose(((fx * fy[:1]) + fx).numpy(), x * y[:1] + x, rtol=1e-6)
         coef[0] = float(step + 3)  # a write through the buffer: the cached views read it
+
+
+def test_arithmetic_views_of_gemm_outputs_and_memory(rng):
+    """Slices and transposes of pending GEMM outputs and of memory are leaves described by an
+    offset and strides (bound without NumPy view objects): every result against NumPy, writes to
+    the memory seen through them, and through them into the memory."""
+    import view_cases
+
+    assert view_cases.check_arithmetic_views("cpu", rng) > 0

@@ -201,6 +201,18 @@ class Backend:
         """Kernel arguments of one input array: flat, or with its strides (see codegen.abi)."""
         raise NotImplementedError
 
+    def view_source(self, data: Any) -> tuple[tuple, tuple[int, ...]] | None:
+        """``data``'s strided kernel arguments and element strides, when views of it can be bound
+        by arithmetic (:meth:`bind_offset`); None: views of it are bound through view objects."""
+        return None
+
+    def bind_offset(self, src_bound: tuple, offset: int, estrides: tuple[int, ...], item: int,
+                    strided: bool) -> tuple | None:  # fmt: skip
+        """Kernel arguments of the view ``offset`` elements from the element 0 of an array bound as
+        ``src_bound`` (:meth:`view_source`), with element strides ``estrides``; None: bind a view
+        object instead."""
+        return None
+
     def scalar_arg(self, leaf: Any) -> Any:
         st = self.target.scalar_storage(leaf.dtype)
         return st.type(leaf.value)

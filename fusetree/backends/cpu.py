@@ -464,6 +464,17 @@ class CPUBackend(Backend):
         base, off, strides, _ = _flat_view(data)
         return (base, off, *strides)
 
+    def view_source(self, data: np.ndarray) -> tuple[tuple, tuple[int, ...]] | None:
+        if data.dtype == _F16:
+            data = data.view(_U16)
+        base, off, strides, copied = _flat_view(data)
+        return None if copied else ((base, off, *strides), strides)
+
+    def bind_offset(self, src_bound: tuple, offset: int, estrides: tuple[int, ...], item: int,
+                    strided: bool) -> tuple | None:  # fmt: skip
+        # (the flat form is a 1-D view of the elements: made from the view itself)
+        return (src_bound[0], src_bound[1] + offset, *estrides) if strided else None
+
     def launch(self, launcher: Any, args: list, outs: list, layouts: tuple, shape: tuple) -> None:
         if launcher.flat:  # every array C-contiguous: 1-D views and one size
             for o in outs:

@@ -225,6 +225,9 @@ class CUDABackend(Backend):
             np.dtype(np.float32): (self._consts[0].ctypes.data, self._consts[1].ctypes.data),
             np.dtype(np.float64): (self._consts[2].ctypes.data, self._consts[3].ctypes.data),
         }
+        # a repeated product (an RNN step's GEMMs): operand shapes, strides and dtypes -> what the
+        # general path worked out for them (see gemm)
+        self._gemm_fast: dict[tuple, GemmFast] = {}
         self.cache_dir = disk_cache_dir()
         import numba_cuda
 
@@ -328,6 +331,20 @@ class CUDABackend(Backend):
             return (data.data.ptr,)
         item = data.itemsize
         return (data.data.ptr, *[s // item for s in data.strides])
+
+    def view_source(self, data: Any) -> tuple[tuple, tuple[int, ...]] | None:
+        item = data.itemsize
+        strides = data.strides
+        for s in strides:
+            if s % item:
+                return None
+        es = tuple([s // item for s in strides])
+        return (data.data.ptr, *es), es
+
+    def bind_offset(self, src_bound: tuple, offset: int, estrides: tuple[int, ...], item: int,
+                    strided: bool) -> tuple | None:  # fmt: skip
+        p = src_bound[0] + offset * item
+        return (p, *estrides) if strided else (p,)
 
     def same_allocation(self, a: Any, b: Any) -> bool:
         return a.data.mem is b.data.mem
@@ -511,6 +528,18 @@ class CUDABackend(Backend):
         included: cuBLAS's op flags and leading dimensions); other layouts are made contiguous
         first. Batched, float16 and integer products go through ``cupy.matmul`` (not capturable
         into a CUDA graph: CuPy refuses cuBLAS during stream capture)."""
+        fk = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype)
+        fast = self._gemm_fast.get(fk) if self._lt else None
+        if fast is not None and (
+            out is None
+            or (out.dtype == fast.dtype and out.shape == fast.shape and out.strides == fast.strides)
+        ):
+            # a product seen before: its plan, output shape and constants known (one cuBLASLt call)
+            if out is None:
+                out = self.empty(fast.shape, fast.dtype)
+            self._lt.matmul(fast.plan, fast.one, b.data.ptr, a.data.ptr, fast.one if accumulate else fast.zero,
+                            out.data.ptr, _current_stream().ptr)  # fmt: skip
+            return out
         dt = np.result_type(a.dtype, b.dtype)
         if a.ndim > 2 or b.ndim > 2 or a.ndim == 0 or b.ndim == 0 or dt not in self._gemm_consts:
             if _current_stream().is_capturing():
@@ -560,6 +589,10 @@ class CUDABackend(Backend):
             plan = lt.plan(dt, ta, tb, n, m, k, lda, ldb, n, ops)
         if plan is not None:  # cuBLASLt with the algorithm chosen once per problem
             lt.matmul(plan, one, b2.data.ptr, a2.data.ptr, one if accumulate else zero, out.data.ptr, stream)
+            if a2 is a and b2 is b and a.dtype == dt and b.dtype == dt:  # 2-D operands used as they are
+                if len(self._gemm_fast) > 256:
+                    self._gemm_fast.clear()
+                self._gemm_fast[fk] = GemmFast(plan, shape, dt, out.strides, one, zero)
             return out
         if self._cublas_stream != stream:
             blas.set_stream(stream)
@@ -580,6 +613,18 @@ class CUDABackend(Backend):
 
 
 _MISS = object()
+
+
+class GemmFast(NamedTuple):
+    """A product's cuBLASLt plan and output, worked out once for its operands' shapes, strides and
+    dtypes (the general path of :meth:`CUDABackend.gemm`)."""
+
+    plan: Any
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    strides: tuple[int, ...]  # of a C-contiguous output
+    one: int  # host addresses of alpha/beta constants
+    zero: int
 
 
 def _blas_operand(x: Any) -> tuple[int, int] | None:

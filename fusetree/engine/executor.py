@@ -8,10 +8,11 @@ is recorded (``HOOK.recorder``) every launch is also described to the recorder i
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from ..ir.node import Buffer, Node
+from ..ir.node import Buffer, Node, ViewLeaf
 from ..schedule.plan import GemmStep, KernelStep, Plan
 from . import kernels
 from .state import HOOK, STATS
@@ -29,8 +30,37 @@ def bind_leaf(be: Any, leaf: Node, strided: bool) -> tuple:
         a = b.get(strided)
         if a is not None:
             return a
+    if type(leaf) is ViewLeaf:  # a view described by arithmetic: bound without a view object
+        src = leaf.src_bound
+        if src is None:
+            src = leaf.src_bound = _source_bound(be, leaf)
+        if src:
+            a = be.bind_offset(src, leaf.offset, leaf.estrides, leaf.dtype.itemsize, strided)
+            if a is not None:
+                b[strided] = a
+                return a
     a = b[strided] = be.bind(leaf.data, strided)
     return a
+
+
+_LAST_SOURCE: list[Any] = [None, False]  # (a weak reference to a viewed array, its binding)
+
+
+def _source_bound(be: Any, leaf: ViewLeaf) -> Any:
+    """The strided binding of ``leaf``'s source (False when views of it are bound as view objects:
+    the backend binds none, or it would bind a copy with other strides). The last one is
+    remembered: a GEMM output's gate slices are bound one after another."""
+    source = leaf.source
+    ref, src = _LAST_SOURCE
+    if ref is not None and ref() is source:
+        return src
+    vs = be.view_source(source)
+    src = vs[0] if vs is not None and vs[1] == leaf.src_strides else False
+    try:
+        _LAST_SOURCE[:] = [weakref.ref(source), src]
+    except TypeError:  # (an array type without weak references: not remembered)
+        pass
+    return src
 
 
 def ensure_launcher(step: KernelStep, be: Any, tag: str, user: tuple | None = None) -> Any:

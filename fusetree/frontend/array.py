@@ -282,19 +282,29 @@ class Array:
     def __getitem__(self, key: Any) -> Array:
         n = self._node
         vk = view_key(key)  # (NumPy integer slice bounds hash as the ints _int_slices makes them)
-        if n.op == "buffer" and TAPE is None:
-            v = cached_view(n, vk)  # type: ignore[arg-type]
-            if v is not None:  # a basic index of memory taken before (a bias's gate slice every step)
-                return Array(v)
-        key = _int_slices(key)
-        if _advanced(key):  # integer-array or boolean-mask indexing: a fusion boundary (a copy)
-            engine.realize((self,))
-            be = backends.get(self.device)
-            bkey = _backend_key(key, be)
-            out = wrap(make_buffer(be.xp.asarray(self._node.data[bkey]), self.device))  # type: ignore[attr-defined]
-            if TAPE is not None:
-                record("gather", (self._node,), (bkey,), out._node)
-            return out
+        if vk is not None:  # ints, slices and None only: a basic index, its pieces memoized
+            if n.op == "buffer" and TAPE is None:
+                v = cached_view(n, vk)  # type: ignore[arg-type]
+                if v is not None:  # a basic index of memory taken before (a bias's gate slice every step)
+                    return Array(v)
+            basic = _BASIC_INDEX.get(vk)
+            if basic is None:
+                k = _int_slices(key)
+                if len(_BASIC_INDEX) > 4096:
+                    _BASIC_INDEX.clear()
+                basic = _BASIC_INDEX[vk] = (k, _indexer(view_index(k)))
+            key, fn = basic
+        else:
+            key = _int_slices(key)
+            if _advanced(key):  # integer-array or boolean-mask indexing: a fusion boundary (a copy)
+                engine.realize((self,))
+                be = backends.get(self.device)
+                bkey = _backend_key(key, be)
+                out = wrap(make_buffer(be.xp.asarray(self._node.data[bkey]), self.device))  # type: ignore[attr-defined]
+                if TAPE is not None:
+                    record("gather", (self._node,), (bkey,), out._node)
+                return out
+            fn = _indexer(view_index(key))
         self._boundary()
         src_shape = self._node.shape
         shape = _INDEX_SHAPES.get((vk, src_shape)) if vk is not None else None
@@ -304,14 +314,9 @@ class Array:
                 if len(_INDEX_SHAPES) > 4096:
                     _INDEX_SHAPES.clear()
                 _INDEX_SHAPES[(vk, src_shape)] = shape
-        vkey = view_index(key)
-
-        def fn(d: Any) -> Any:
-            return d[vkey]
-
         out = self._derive(view_of(self._node, fn, shape, vk), fn)
         if TAPE is not None:
-            record("getitem", (self._node,), (vkey,), out._node)
+            record("getitem", (self._node,), (fn.index,), out._node)
         return out
 
     def transpose(self, *axes: Any) -> Array:
@@ -626,6 +631,22 @@ def _axis_ranges(shape: tuple[int, ...], key: Any) -> list[range] | None:
 
 
 _INDEX_SHAPES: dict[tuple, tuple[int, ...]] = {}  # (view_key, source shape) -> the indexed shape
+_BASIC_INDEX: dict[tuple, tuple] = {}  # view_key -> (the key with int bounds, its _Indexer)
+
+
+class _Indexer:
+    """``d[index]`` as a function of an array ``d`` (a view's leaf function)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: Any) -> None:
+        self.index = index
+
+    def __call__(self, d: Any) -> Any:
+        return d[self.index]
+
+
+_indexer = _Indexer
 
 
 def _int_slices(key: Any) -> Any:

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import engine
 from ..errors import ShapeError, UnsupportedError
-from ..ir.node import Buffer, Node, make_buffer, make_op
+from ..ir.node import Buffer, Node, ViewLeaf, make_buffer, make_op, make_view_leaf, view_layout
 
 
 def view_of(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], vkey: tuple | None) -> Node:
@@ -76,7 +76,60 @@ def _leaf_view(n: Node, leaf_fn: Callable[[Any], Any], vkey: tuple | None) -> No
         return n
     if op == "buffer":
         return _buffer_view(n, leaf_fn, vkey)  # type: ignore[arg-type]
-    return make_buffer(leaf_fn(engine.compute_gemm(n)), n.device)  # a pending GEMM: computed first
+    data = engine.compute_gemm(n)  # a pending GEMM: computed first
+    if vkey is not None and vkey[0] in _ARITHMETIC:
+        v = _arithmetic_view(data, leaf_fn, vkey, n.dtype, n.device)
+        if v is not None:
+            return v
+    return make_buffer(leaf_fn(data), n.device)
+
+
+# Views that are pointer arithmetic on their source (basic indexing "i", transposes "T"): a leaf
+# made of an offset and strides, bound without a backend view object (see ViewLeaf). The gate
+# slices of an LSTM step's GEMM output are four such views per step.
+_ARITHMETIC = frozenset(("i", "T"))
+_GEOMETRY: dict[tuple, tuple] = {}
+_ELEMENT_STRIDES: dict[tuple, tuple[int, ...]] = {}  # (byte strides, dtype) -> element strides
+_BYTE = np.zeros(1, np.int8)
+_BYTE_ADDR = _BYTE.__array_interface__["data"][0]
+
+
+def _geometry(shape: tuple[int, ...], estrides: tuple[int, ...], vkey: tuple, leaf_fn: Callable[[Any], Any],
+              dtype: np.dtype) -> tuple:  # fmt: skip
+    """(shape, element strides, element offset, (layout class, key)) of ``leaf_fn`` applied to an
+    array of ``shape``, element strides ``estrides`` and ``dtype``: computed once on a byte-sized
+    stand-in (NumPy's own index rules), memoized by the view's key."""
+    k = (shape, estrides, vkey, dtype)
+    g = _GEOMETRY.get(k)
+    if g is None:
+        v = leaf_fn(np.lib.stride_tricks.as_strided(_BYTE, shape, estrides))
+        g = (
+            v.shape,
+            v.strides,
+            v.__array_interface__["data"][0] - _BYTE_ADDR,
+            view_layout(v.shape, v.strides, dtype),
+        )
+        if len(_GEOMETRY) > 4096:
+            _GEOMETRY.clear()
+        _GEOMETRY[k] = g
+    return g
+
+
+def _arithmetic_view(data: Any, leaf_fn: Callable[[Any], Any], vkey: tuple, dtype: np.dtype,
+                     device: str) -> ViewLeaf | None:  # fmt: skip
+    """``leaf_fn(data)`` as a :class:`ViewLeaf` (None when ``data``'s strides are not whole
+    elements). Nothing here asks the backend: building trees loads no compiler."""
+    strides = data.strides
+    src_strides = _ELEMENT_STRIDES.get((strides, dtype))
+    if src_strides is None:
+        item = dtype.itemsize
+        if any([s % item for s in strides]):
+            return None
+        if len(_ELEMENT_STRIDES) > 4096:
+            _ELEMENT_STRIDES.clear()
+        src_strides = _ELEMENT_STRIDES[(strides, dtype)] = tuple([s // item for s in strides])
+    shape, vstrides, offset, lay = _geometry(data.shape, src_strides, vkey, leaf_fn, dtype)
+    return make_view_leaf(data, leaf_fn, src_strides, offset, shape, vstrides, dtype, device, lay)
 
 
 def _uid(n: Node) -> int:
@@ -97,7 +150,10 @@ def _buffer_view(n: Buffer, leaf_fn: Callable[[Any], Any], vkey: tuple | None) -
     v = cached_view(n, vkey)
     if v is not None:
         return v
-    v = make_buffer(leaf_fn(n.data), n.device)
+    if vkey is not None and vkey[0] in _ARITHMETIC:
+        v = _buffer_arithmetic_view(n, leaf_fn, vkey)
+    else:
+        v = make_buffer(leaf_fn(n.data), n.device)
     if vkey is not None:
         bound = n.bound
         if bound is None:
@@ -107,6 +163,21 @@ def _buffer_view(n: Buffer, leaf_fn: Callable[[Any], Any], vkey: tuple | None) -
             views = bound["views"] = {}
         views[vkey] = v
     return v
+
+
+def _buffer_arithmetic_view(n: Buffer, leaf_fn: Callable[[Any], Any], vkey: tuple) -> Buffer:
+    """A view of buffer ``n`` as a :class:`ViewLeaf` (a view of a view is described against the
+    first one's source)."""
+    if type(n) is ViewLeaf:
+        g = _geometry(n.shape, n.estrides, vkey, leaf_fn, n.dtype)
+        return make_view_leaf(n.source, _compose(leaf_fn, n.fn), n.src_strides, n.offset + g[2], g[0], g[1],
+                              n.dtype, n.device, g[3])  # fmt: skip
+    v = _arithmetic_view(n.data, leaf_fn, vkey, n.dtype, n.device)
+    return v if v is not None else make_buffer(leaf_fn(n.data), n.device)
+
+
+def _compose(f: Callable[[Any], Any], g: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda d: f(g(d))
 
 
 def view_index(key: Any) -> Any:

@@ -167,6 +167,46 @@ class Buffer(Node):
         return s
 
 
+class ViewLeaf(Buffer):
+    """A basic view (slice, transpose) of backend array ``source`` described by arithmetic: element
+    ``offset`` from the source's element 0 and element ``estrides``. Kernels bind it from the
+    source's binding and the offset (``Backend.bind_offset``), so no backend view object is made on
+    the hot path (a CuPy view costs microseconds of host time); ``data`` makes one on first use
+    (``fn(source)``) for everything else (a GEMM operand, ``.numpy()``, a jit recording)."""
+
+    __slots__ = ("_view", "estrides", "fn", "offset", "source", "src_bound", "src_strides")
+
+    source: Any  # the viewed backend array (kept alive by the leaf)
+    fn: Any  # source -> the backend view
+    offset: int  # element offset of the view's element 0 from the source's
+    estrides: tuple[int, ...]
+    src_strides: tuple[int, ...]  # the source's element strides the offset and strides assume
+    src_bound: Any  # the source's strided kernel arguments once bound (False: bind view objects)
+    _view: Any
+
+    @property  # type: ignore[override]
+    def data(self) -> Any:
+        v = self._view
+        if v is None:
+            v = self._view = self.fn(self.source)
+        return v
+
+    @property
+    def ptr(self) -> int:
+        p = self._ptr
+        if p < 0:
+            p = self._ptr = address(self.source) + self.offset * self.dtype.itemsize
+        return p
+
+    @property
+    def span(self) -> tuple[int, int]:
+        s = self._span
+        if s is None:
+            item = self.dtype.itemsize
+            s = self._span = span_of(self.ptr, self.shape, tuple([e * item for e in self.estrides]), item)
+        return s
+
+
 def address(data: Any) -> int:
     """Address of element 0 of a host or CUDA array (``__array_interface__`` /
     ``__cuda_array_interface__``)."""
@@ -228,6 +268,49 @@ def make_buffer(data: Any, device: str, ptr: int = -1) -> Buffer:
     n.device, n.flags, n.lo, n.mask, n.memo = device, 0, 1 << 62, 1 << (uid % 64), None
     n.data, n.layout, n.bound, n._ptr, n._span = data, lay, None, ptr, None
     return n
+
+
+def make_view_leaf(source: Any, fn: Any, src_strides: tuple[int, ...], offset: int, shape: tuple[int, ...],
+                   estrides: tuple[int, ...], dtype: np.dtype, device: str,
+                   layout: tuple[str, int] | None = None) -> ViewLeaf:  # fmt: skip
+    """A :class:`ViewLeaf`: ``fn(source)`` described as ``offset`` and ``estrides`` (elements) of a
+    source with element strides ``src_strides``. ``layout``: its (layout class, key) when known
+    (see :func:`view_layout`)."""
+    lay, key = layout if layout is not None else view_layout(shape, estrides, dtype)
+    n = _new_node(ViewLeaf)
+    uid = next(_uids)
+    n.op, n.dtype, n.shape, n.args, n.attrs, n.key, n.leaves, n.uid = (
+        "buffer",
+        dtype,
+        shape,
+        (),
+        (),
+        key,
+        (),
+        uid,
+    )
+    n.device, n.flags, n.lo, n.mask, n.memo = device, 0, 1 << 62, 1 << (uid % 64), None
+    n.layout, n.bound, n._ptr, n._span, n._view = lay, None, -1, None, None
+    n.source, n.fn, n.src_strides, n.offset, n.estrides, n.src_bound = (
+        source,
+        fn,
+        src_strides,
+        offset,
+        estrides,
+        None,
+    )
+    return n
+
+
+def view_layout(shape: tuple[int, ...], estrides: tuple[int, ...], dtype: np.dtype) -> tuple[str, int]:
+    """(layout class, buffer key) of a view of ``shape`` and element strides ``estrides``."""
+    item = dtype.itemsize
+    lay = layout_class(shape, tuple([e * item for e in estrides]), item)
+    bk = (dtype, len(shape), lay)
+    key = _BUFFER_KEYS.get(bk)
+    if key is None:
+        key = _BUFFER_KEYS[bk] = intern_key(("buffer", dtypes.SHORT[dtype], len(shape), lay))
+    return lay, key
 
 
 def make_contiguous(data: Any, device: str, shape: tuple[int, ...], dt: np.dtype, ptr: int = -1) -> Buffer:
