@@ -183,7 +183,7 @@ class CUDAKernel:
         self.tile = tile  # > 0: reads a transposed input through tile x tile shared-memory tiles (codegen.elementwise)
         self.source = ""
         # flat launches: elements -> the cuLaunchKernel arguments before the stream (memoized)
-        self.calls: dict[int, tuple] = {}
+        self.calls: dict[Any, tuple] = {}  # launch arguments per size (flat) or shape
 
 
 def _flat_grid(k: CUDAKernel, n: int) -> int:
@@ -383,8 +383,15 @@ class CUDABackend(Backend):
             return
         args.extend(shape if shape else (1,))
         args.append(n)
-        grid, block = self.elementwise_config(k, shape, n)
-        self._launch(k, args, grid, block)
+        call = k.calls.get(shape)  # (row and tile kernels: their launch shape memoized per shape)
+        if call is None:
+            grid, block = self.elementwise_config(k, shape, n)
+            (gx, gy), (bx, by) = launch_dims(grid), launch_dims(block)
+            if len(k.calls) > 64:
+                k.calls.clear()
+            call = k.calls[shape] = (k.func, gx, gy, 1, bx, by, 1, 0)
+        k.packer.pack_into(k.buf, 0, *args)
+        self._driver_launch(call, k.args, k.name)
 
     def elementwise_config(self, k: CUDAKernel, shape: tuple, n: int) -> tuple[Any, Any]:
         """(grid, block) of an elementwise launch over ``shape`` (``n`` elements): flat kernels a

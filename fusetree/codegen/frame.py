@@ -16,7 +16,7 @@ mean, then var); row values are computed when their phase is done; a last pass c
 the full outputs. Full values are recomputed in each pass that needs them (the inputs are re-read:
 cheap for rows that stay in cache). Order of accumulation is fixed, so results are deterministic.
 
-A *partial* kernel (``frame=(axes, True)``) splits every row into ``nchunks`` chunks and stores the
+A *partial* kernel (``FrameKey.partial``) splits every row into ``nchunks`` chunks and stores the
 accumulator of its one reduction per chunk: the first stage of a two-stage reduction.
 
 Each array parameter is a pointer (plus an element offset on the CPU and in the simulator) and one
@@ -105,9 +105,9 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
     elements per thread of a row held in registers (the host picks threads per row as
     ``pow2_at_least(row length / held)``, so rows up to ``held * 1024`` elements are held)."""
     assert spec.frame is not None
-    axes, partial = spec.frame[:2]
+    axes, partial, unit = spec.frame
     # CPU: every full array has unit stride along the one reduced axis (schedule.planner)
-    unit_rows = not target.cuda and len(spec.frame) > 2 and spec.frame[2]
+    unit_rows = not target.cuda and unit
     cuda = target.cuda
     offsets = target.offsets
     nd = spec.ndim

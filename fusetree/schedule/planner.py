@@ -41,7 +41,7 @@ from ..ir.node import (
 from ..ir.ops import REDUCTIONS, reduce_dtypes
 from . import graph
 from .plan import GemmStep, InRef, KernelStep, OutRef, Plan, Temp
-from .spec import KernelSpec, LeafSpec, OpSpec, OutSpec, Ref
+from .spec import FrameKey, KernelSpec, LeafSpec, OpSpec, OutSpec, Ref
 
 Path = tuple[int, tuple[int, ...]]  # (root index, child positions from the root)
 Frame = tuple[tuple[int, ...], tuple[int, ...]]  # (full shape, reduced axes)
@@ -71,12 +71,12 @@ def dtype_name(dt: np.dtype) -> str:
 
 
 def spec_for(roots: Sequence[Node], paths: Sequence[Path], leaves: Sequence[Node], out_layouts: Sequence[str],
-             target: str, tag: str, frame: tuple | None = None,
+             target: str, tag: str, frame: FrameKey | None = None,
              leaf_layouts: Sequence[str] | None = None, ndim: int | None = None,
              out_dtypes: Sequence[np.dtype] | None = None) -> KernelSpec:  # fmt: skip
     """The KernelSpec computing ``roots`` (all of one shape) and the nodes at ``paths``.
 
-    For a reduction kernel, ``frame`` is (reduced axes, partial), ``leaf_layouts`` each buffer
+    For a reduction kernel, ``frame`` is its :class:`FrameKey`, ``leaf_layouts`` each buffer
     leaf's level ("full"/"row") and ``ndim`` the frame's rank.
     """
     leaf_index = {id(x): i for i, x in enumerate(leaves)}
@@ -110,7 +110,7 @@ def spec_for(roots: Sequence[Node], paths: Sequence[Path], leaves: Sequence[Node
 
 
 def spec_text(tag: str, ndim: int, leaves: Sequence[LeafSpec], ops: Sequence[OpSpec], outs: Sequence[OutSpec],
-              frame: tuple | None) -> str:  # fmt: skip
+              frame: FrameKey | None) -> str:  # fmt: skip
     """A kernel's key in every cache: the spec itself written out (everything code generation
     reads, so equal texts render equal kernels), one entry per distinct op: its length grows with
     the DAG, not with the tree it unfolds to (a value used twice per level doubles the tree)."""
@@ -130,7 +130,7 @@ def spec_text(tag: str, ndim: int, leaves: Sequence[LeafSpec], ops: Sequence[OpS
         f"{tag};v{config.CODEGEN_VERSION};ndim={ndim};leaves=[{', '.join(leaf(x) for x in leaves)}];"
         f"ops=[{body}];outs=[{out}]"
     )
-    return text if frame is None else text + f";frame={frame}"
+    return text if frame is None else text + f";frame={frame.text}"
 
 
 def leaf_layout(x: Node) -> str:
@@ -390,7 +390,7 @@ class _Planner:
             and all(leaf_layout(x) in ("C", "I") for x, lay in zip(leaves, lays) if lay == "full")
             and all(lay in ("C", "I") for lay, olay in zip(layouts, olays) if olay == "full")
         )
-        frame_key = (axes, bool(partial), True) if unit else (axes, bool(partial))
+        frame_key = FrameKey(axes, bool(partial), unit)
         spec = spec_for([root], paths, leaves, olays, self.target.name, self.target.tag,
                         frame_key, lays, len(full), [acc] if acc is not None else None)  # fmt: skip
         n_params = self.target.count_params(spec)
@@ -527,17 +527,4 @@ def stride_map(shape: tuple[int, ...], frame: Frame) -> tuple[int, ...]:
     return tuple(out)
 
 
-def frame_spec(root: Node, target: str, tag: str) -> KernelSpec | None:
-    """The KernelSpec of ``root`` when it is one reduction kernel as it stands (None when parts of
-    it would be computed first); for :func:`fusetree.explain`. Nothing runs."""
-    frame = choose_frame(root)
-    if frame is None or incompatible(root, frame, lambda n: n):
-        return None
-    full, axes = frame
-    leaves = root.leaves
-    lays = ["" if x.op == "scalar" else ("full" if x.shape == full else "row") for x in leaves]
-    olays = ["full" if root.shape == full else "row"]
-    return spec_for([root], [(0, ())], leaves, olays, target, tag, (axes, False), lays, len(full))
-
-
-__all__ = ["PlanTarget", "frame_spec", "node_at", "plan", "replace", "spec_for"]
+__all__ = ["PlanTarget", "node_at", "plan", "replace", "spec_for"]

@@ -7,6 +7,7 @@ A :class:`KernelSpec` is pure data, built by the planner from IR nodes and rende
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -42,6 +43,19 @@ class OutSpec:
     layout: str
 
 
+class FrameKey(NamedTuple):
+    """What makes a reduction kernel (see codegen.frame) besides its ops and arrays."""
+
+    axes: tuple[int, ...]  # the frame's reduced axes
+    partial: bool  # a partial kernel: per-chunk accumulators (two-stage reductions)
+    unit_rows: bool = False  # CPU: one reduced axis, the last, contiguous in every full array
+
+    @property
+    def text(self) -> str:
+        """The frame in a kernel's key (the form kernel caches have used since before unit rows)."""
+        return str((self.axes, self.partial, True) if self.unit_rows else (self.axes, self.partial))
+
+
 @dataclass(frozen=True)
 class KernelSpec:
     name: str
@@ -50,9 +64,9 @@ class KernelSpec:
     leaves: tuple[LeafSpec, ...]
     ops: tuple[OpSpec, ...]
     outs: tuple[OutSpec, ...]
-    # a reduction kernel (see codegen.frame): (reduced axes, partial); leaves' and outputs'
-    # layouts are then their level, "full" or "row" ("acc" for a partial kernel's accumulator)
-    frame: tuple | None = None
+    # a reduction kernel (see codegen.frame); leaves' and outputs' layouts are then their level,
+    # "full" or "row" ("acc" for a partial kernel's accumulator)
+    frame: FrameKey | None = None
     # a horizontal kernel (codegen.horizontal): one launch over a table of chunks of many
     # same-structure tensors; leaves' layouts are "C" (the chunk's elements) or "B" (one element)
     horizontal: bool = False
