@@ -2,7 +2,7 @@
 kernels, ~25 minutes in one process on the H200 host, more than one device call may run.
 
     python benchmarks/gpu_suite_slice.py K N [pytest options...]   # slice K (1..N) in this process
-    python benchmarks/gpu_suite_slice.py --procs P [--logs DIR]    # all P slices at once
+    python benchmarks/gpu_suite_slice.py --procs P [--logs DIR] [-k EXPR]   # all P slices at once
 
 ``--procs`` runs P pytest processes side by side on the one GPU (kernel compilation is CPU-bound and
 single-threaded per process; the disk cache is written atomically, so they share it), each logging
@@ -23,8 +23,10 @@ SUMMARY = re.compile(r"\d+ (passed|failed|skipped|errors?)")
 RUN = ["-q", "-W", "ignore::DeprecationWarning", "--durations=5"]
 
 
-def collect() -> list[str]:
-    out = subprocess.run([*BASE, "tests/test_gpu.py", "--collect-only", "-q"], capture_output=True, text=True)
+def collect(select: str | None = None) -> list[str]:
+    sel = ["-k", select] if select else []
+    out = subprocess.run([*BASE, "tests/test_gpu.py", "tests/test_jit.py", "--collect-only", "-q", *sel],
+                         capture_output=True, text=True)  # fmt: skip
     return [line for line in out.stdout.splitlines() if "::" in line]
 
 
@@ -35,8 +37,8 @@ def one(k: int, n: int, extra: list[str]) -> int:
     return subprocess.run([*BASE, *RUN, *extra, *mine]).returncode
 
 
-def parallel(procs: int, logs: str) -> int:
-    ids = collect()
+def parallel(procs: int, logs: str, select: str | None = None) -> int:
+    ids = collect(select)
     os.makedirs(logs, exist_ok=True)
     t0 = time.time()
     running = []
@@ -65,7 +67,8 @@ def parallel(procs: int, logs: str) -> int:
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--procs":
         logs = argv[argv.index("--logs") + 1] if "--logs" in argv else os.environ.get("OUT", "/tmp/out")
-        return parallel(int(argv[1]), logs)
+        select = argv[argv.index("-k") + 1] if "-k" in argv else None
+        return parallel(int(argv[1]), logs, select)
     return one(int(argv[0]), int(argv[1]), argv[2:])
 
 

@@ -71,13 +71,17 @@ class Plan:
     outputs: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
     keyed_by_shape: bool = False  # the plan was made for the exact shapes of the call (reductions)
     used: int = 0  # when it last ran (engine.kernels.TICK): the kernel cache's recency
+    _single: Any = field(default=False, repr=False)  # memo of ``single`` (False: not yet asked)
 
     @property
     def single(self) -> KernelStep | None:
-        """The one kernel of a plan that is nothing else (the common elementwise case)."""
-        if len(self.steps) == 1 and not self.temps and isinstance(self.steps[0], KernelStep):
-            return self.steps[0]
-        return None
+        """The one kernel of a plan that is nothing else (the common elementwise case); asked
+        only of finished plans (memoized)."""
+        s = self._single
+        if s is False:
+            ok = len(self.steps) == 1 and not self.temps and isinstance(self.steps[0], KernelStep)
+            s = self._single = self.steps[0] if ok else None
+        return s
 
     def kernels(self) -> list[KernelStep]:
         return [s for s in self.steps if isinstance(s, KernelStep)]
