@@ -277,19 +277,7 @@ def make_view_leaf(source: Any, fn: Any, src_strides: tuple[int, ...], offset: i
     source with element strides ``src_strides``. ``layout``: its (layout class, key) when known
     (see :func:`view_layout`)."""
     lay, key = layout if layout is not None else view_layout(shape, estrides, dtype)
-    n = _new_node(ViewLeaf)
-    uid = next(_uids)
-    n.op, n.dtype, n.shape, n.args, n.attrs, n.key, n.leaves, n.uid = (
-        "buffer",
-        dtype,
-        shape,
-        (),
-        (),
-        key,
-        (),
-        uid,
-    )
-    n.device, n.flags, n.lo, n.mask, n.memo = device, 0, 1 << 62, 1 << (uid % 64), None
+    n = _new_leaf(ViewLeaf, "buffer", dtype, shape, key, device)
     n.layout, n.bound, n._ptr, n._span, n._view = lay, None, -1, None, None
     n.source, n.fn, n.src_strides, n.offset, n.estrides, n.src_bound = (
         source,
@@ -299,6 +287,16 @@ def make_view_leaf(source: Any, fn: Any, src_strides: tuple[int, ...], offset: i
         estrides,
         None,
     )
+    return n
+
+
+def _new_leaf(cls: type, op: str, dtype: np.dtype, shape: tuple[int, ...], key: int, device: str) -> Any:
+    """A leaf node of class ``cls`` with the fields every leaf has (the class's own are the caller's;
+    make_buffer and make_contiguous, the hottest, set them inline)."""
+    n: Any = _new_node(cls)
+    uid = next(_uids)
+    n.op, n.dtype, n.shape, n.args, n.attrs, n.key, n.leaves, n.uid = op, dtype, shape, (), (), key, (), uid
+    n.device, n.flags, n.lo, n.mask, n.memo = device, 0, 1 << 62, 1 << (uid % 64), None
     return n
 
 
@@ -621,15 +619,7 @@ def make_plan_leaf(op: str, index: int, dtype: np.dtype, shape: tuple[int, ...],
     """A ``temp`` or ``derived`` leaf (see :class:`PlanLeaf`); C-contiguous unless ``estrides``."""
     if estrides is None:
         estrides = c_strides(shape)
-    item = dtype.itemsize
-    lay = layout_class(shape, tuple(s * item for s in estrides), item)
-    bk = (dtype, len(shape), lay)
-    key = _BUFFER_KEYS.get(bk)
-    if key is None:
-        key = _BUFFER_KEYS[bk] = intern_key(("buffer", dtypes.SHORT[dtype], len(shape), lay))
-    n = _new_node(PlanLeaf)
-    uid = next(_uids)
-    n.op, n.dtype, n.shape, n.args, n.attrs, n.key, n.leaves, n.uid = op, dtype, shape, (), (), key, (), uid
-    n.device, n.flags, n.lo, n.mask, n.memo = device, 0, 1 << 62, 1 << (uid % 64), None
+    lay, key = view_layout(shape, estrides, dtype)
+    n = _new_leaf(PlanLeaf, op, dtype, shape, key, device)
     n.index, n.estrides, n.layout = index, estrides, lay
     return n
