@@ -34,6 +34,7 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     cputests) LIMIT=400 run cputests python3 -m pytest -q -p no:cacheprovider tests/test_lstm.py tests/test_cache.py tests/test_api.py;;
     profile) TAILN=150 run profile python3 benchmarks/profile_step.py cuda 128x512;;
     # the eager LSTM step's phases, views bound by arithmetic (ViewLeaf) and as CuPy view objects
+    phases1) for v in "" --view-objects; do LIMIT=90 TAILN=9 run "phases${v:+_objects}" python3 benchmarks/step_phases.py --device cuda --shape 128x512 $v; done;;
     phases) for v in "" --view-objects "" --view-objects; do LIMIT=90 TAILN=9 run "phases${v:+_objects}" python3 benchmarks/step_phases.py --device cuda --shape 128x512 $v; done;;
     gemm) run gemm python3 benchmarks/gemm_host.py;;
     probe) LIMIT=60 TAILN=12 run probe python3 benchmarks/probe_graph.py;;

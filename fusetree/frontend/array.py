@@ -35,7 +35,7 @@ from ..ir.node import (
 )
 from ..ir.ops import BINARY_OPERATORS, INPLACE_OPERATORS, OPS, RULES1, RULES2, UNARY_OPERATORS, rule
 from . import unfused
-from .views import cached_view, index_shape, resolve_shape, view_index, view_key, view_of
+from .views import cached_view, compose, index_shape, resolve_shape, view_index, view_key, view_of
 
 _ref = weakref.ref
 _PENDING = engine.PENDING
@@ -365,7 +365,7 @@ class Array:
             src: Array = self
             base = self._base
             if base is not None and base[0]() is not None:  # a view of a view: of the same array
-                src, fn = base[0](), _compose(fn, base[1])
+                src, fn = base[0](), compose(fn, base[1])
             v._base = (_ref(src), fn)
             views = src._views
             if views is None:
@@ -726,10 +726,6 @@ def wrap(node: Node) -> Array:
     else:
         a._pref = None
     return a
-
-
-def _compose(f: Callable[[Any], Any], g: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda d: f(g(d))
 
 
 # ---------------------------------------------------------------------------------------------

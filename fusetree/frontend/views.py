@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -88,27 +88,31 @@ def _leaf_view(n: Node, leaf_fn: Callable[[Any], Any], vkey: tuple | None) -> No
 # made of an offset and strides, bound without a backend view object (see ViewLeaf). The gate
 # slices of an LSTM step's GEMM output are four such views per step.
 _ARITHMETIC = frozenset(("i", "T"))
-_GEOMETRY: dict[tuple, tuple] = {}
+_GEOMETRY: dict[tuple, ViewGeometry] = {}
 _ELEMENT_STRIDES: dict[tuple, tuple[int, ...]] = {}  # (byte strides, dtype) -> element strides
 _BYTE = np.zeros(1, np.int8)
 _BYTE_ADDR = _BYTE.__array_interface__["data"][0]
 
 
+class ViewGeometry(NamedTuple):
+    """A view of an array described by arithmetic (see :func:`_geometry`)."""
+
+    shape: tuple[int, ...]
+    estrides: tuple[int, ...]  # element strides
+    offset: int  # element offset of the view's element 0 from the array's
+    layout: tuple[str, int]  # (layout class, buffer key): ir.node.view_layout
+
+
 def _geometry(shape: tuple[int, ...], estrides: tuple[int, ...], vkey: tuple, leaf_fn: Callable[[Any], Any],
-              dtype: np.dtype) -> tuple:  # fmt: skip
-    """(shape, element strides, element offset, (layout class, key)) of ``leaf_fn`` applied to an
-    array of ``shape``, element strides ``estrides`` and ``dtype``: computed once on a byte-sized
-    stand-in (NumPy's own index rules), memoized by the view's key."""
+              dtype: np.dtype) -> ViewGeometry:  # fmt: skip
+    """``leaf_fn`` applied to an array of ``shape``, element strides ``estrides`` and ``dtype``:
+    computed once on a byte-sized stand-in (NumPy's own index rules), memoized by the view's key."""
     k = (shape, estrides, vkey, dtype)
     g = _GEOMETRY.get(k)
     if g is None:
         v = leaf_fn(np.lib.stride_tricks.as_strided(_BYTE, shape, estrides))
-        g = (
-            v.shape,
-            v.strides,
-            v.__array_interface__["data"][0] - _BYTE_ADDR,
-            view_layout(v.shape, v.strides, dtype),
-        )
+        offset = v.__array_interface__["data"][0] - _BYTE_ADDR
+        g = ViewGeometry(v.shape, v.strides, offset, view_layout(v.shape, v.strides, dtype))
         if len(_GEOMETRY) > 4096:
             _GEOMETRY.clear()
         _GEOMETRY[k] = g
@@ -128,8 +132,8 @@ def _arithmetic_view(data: Any, leaf_fn: Callable[[Any], Any], vkey: tuple, dtyp
         if len(_ELEMENT_STRIDES) > 4096:
             _ELEMENT_STRIDES.clear()
         src_strides = _ELEMENT_STRIDES[(strides, dtype)] = tuple([s // item for s in strides])
-    shape, vstrides, offset, lay = _geometry(data.shape, src_strides, vkey, leaf_fn, dtype)
-    return make_view_leaf(data, leaf_fn, src_strides, offset, shape, vstrides, dtype, device, lay)
+    g = _geometry(data.shape, src_strides, vkey, leaf_fn, dtype)
+    return make_view_leaf(data, leaf_fn, src_strides, g.offset, g.shape, g.estrides, dtype, device, g.layout)
 
 
 def _uid(n: Node) -> int:
@@ -170,13 +174,14 @@ def _buffer_arithmetic_view(n: Buffer, leaf_fn: Callable[[Any], Any], vkey: tupl
     first one's source)."""
     if type(n) is ViewLeaf:
         g = _geometry(n.shape, n.estrides, vkey, leaf_fn, n.dtype)
-        return make_view_leaf(n.source, _compose(leaf_fn, n.fn), n.src_strides, n.offset + g[2], g[0], g[1],
-                              n.dtype, n.device, g[3])  # fmt: skip
+        return make_view_leaf(n.source, compose(leaf_fn, n.fn), n.src_strides, n.offset + g.offset, g.shape,
+                              g.estrides, n.dtype, n.device, g.layout)  # fmt: skip
     v = _arithmetic_view(n.data, leaf_fn, vkey, n.dtype, n.device)
     return v if v is not None else make_buffer(leaf_fn(n.data), n.device)
 
 
-def _compose(f: Callable[[Any], Any], g: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def compose(f: Callable[[Any], Any], g: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``f`` after ``g`` (a view of a view)."""
     return lambda d: f(g(d))
 
 
