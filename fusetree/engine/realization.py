@@ -131,6 +131,14 @@ def realize(arrays: Sequence[Any]) -> None:
             with LOCK:
                 if a._node is n and len(PENDING) <= 1 and _realize_one(a, n):
                     return
+    elif len(arrays) > 1 and _one_group(
+        arrays
+    ):  # several pending values of one shape (an RNN step's h and c)
+        n = arrays[0]._node
+        with LOCK:
+            if _one_group(arrays):  # (unchanged once the lock is held)
+                _realize_group(arrays, n.device or "cpu", n.shape)
+                return
     todo = [a for a in arrays if a._node.op != "buffer"]
     if not todo:
         return
@@ -157,6 +165,24 @@ def realize(arrays: Sequence[Any]) -> None:
 
 
 _BY_SIZE = REDUCE | EXPAND
+
+
+def _one_group(arrays: Sequence[Any]) -> bool:
+    """Whether ``arrays`` are pending elementwise values (no GEMM or reduction at the root, not
+    views of other pending arrays) of one device and shape: one group, nothing to sort first."""
+    n0 = arrays[0]._node
+    device, shape = n0.device, n0.shape
+    for a in arrays:
+        n = a._node
+        if (
+            not n.leaves
+            or n.flags & _BY_SIZE
+            or a._base is not None
+            or n.device != device
+            or n.shape != shape
+        ):
+            return False
+    return True
 
 
 def _realize_one(a: Any, n: Node) -> bool:
