@@ -1,15 +1,13 @@
-"""The eager LSTM step taken apart on the current device: each phase timed alone (no profiler),
-then a cProfile of the whole step sorted by cumulative time.
+"""The eager LSTM step taken apart on the current device: each phase timed alone (no profiler;
+``benchmarks/profile_step.py`` has the cProfile of the whole step).
 
-    python benchmarks/step_phases.py --device cuda --shape 128x512 [--profile]
+    python benchmarks/step_phases.py --device cuda --shape 128x512 [--view-objects]
 """
 
 from __future__ import annotations
 
 import argparse
-import cProfile
 import os
-import pstats
 import sys
 import timeit
 
@@ -28,7 +26,6 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--shape", default="128x512")
-    ap.add_argument("--profile", action="store_true")
     ap.add_argument(
         "--view-objects",
         action="store_true",
@@ -94,14 +91,6 @@ def main(argv: list[str] | None = None) -> None:
     }
     for name, fn in rows.items():
         print(f"{name:45s} {us(fn):9.2f} us", flush=True)
-    if a.profile:
-        pr = cProfile.Profile()
-        pr.enable()
-        for _ in range(300):
-            step()
-        sync()
-        pr.disable()
-        pstats.Stats(pr).sort_stats("cumulative").print_stats(40)
 
 
 if __name__ == "__main__":

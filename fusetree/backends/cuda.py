@@ -334,12 +334,10 @@ class CUDABackend(Backend):
 
     def view_source(self, data: Any) -> tuple[tuple, tuple[int, ...]] | None:
         item = data.itemsize
-        strides = data.strides
-        for s in strides:
-            if s % item:
-                return None
-        es = tuple([s // item for s in strides])
-        return (data.data.ptr, *es), es
+        if any([s % item for s in data.strides]):
+            return None
+        bound = self.bind(data, True)
+        return bound, bound[1:]
 
     def bind_offset(self, src_bound: tuple, offset: int, estrides: tuple[int, ...], item: int,
                     strided: bool) -> tuple | None:  # fmt: skip

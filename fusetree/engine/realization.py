@@ -131,9 +131,8 @@ def realize(arrays: Sequence[Any]) -> None:
             with LOCK:
                 if a._node is n and len(PENDING) <= 1 and _realize_one(a, n):
                     return
-    elif len(arrays) > 1 and _one_group(
-        arrays
-    ):  # several pending values of one shape (an RNN step's h and c)
+    elif len(arrays) > 1 and _one_group(arrays):
+        # several pending values of one shape (an RNN step's h and c): straight to their group
         n = arrays[0]._node
         with LOCK:
             if _one_group(arrays):  # (unchanged once the lock is held)

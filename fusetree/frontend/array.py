@@ -292,7 +292,7 @@ class Array:
                 k = _int_slices(key)
                 if len(_BASIC_INDEX) > 4096:
                     _BASIC_INDEX.clear()
-                basic = _BASIC_INDEX[vk] = (k, _indexer(view_index(k)))
+                basic = _BASIC_INDEX[vk] = (k, _Indexer(view_index(k)))
             key, fn = basic
         else:
             key = _int_slices(key)
@@ -304,7 +304,7 @@ class Array:
                 if TAPE is not None:
                     record("gather", (self._node,), (bkey,), out._node)
                 return out
-            fn = _indexer(view_index(key))
+            fn = _Indexer(view_index(key))
         self._boundary()
         src_shape = self._node.shape
         shape = _INDEX_SHAPES.get((vk, src_shape)) if vk is not None else None
@@ -644,9 +644,6 @@ class _Indexer:
 
     def __call__(self, d: Any) -> Any:
         return d[self.index]
-
-
-_indexer = _Indexer
 
 
 def _int_slices(key: Any) -> Any:

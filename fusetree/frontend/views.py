@@ -78,9 +78,7 @@ def _leaf_view(n: Node, leaf_fn: Callable[[Any], Any], vkey: tuple | None) -> No
         return _buffer_view(n, leaf_fn, vkey)  # type: ignore[arg-type]
     data = engine.compute_gemm(n)  # a pending GEMM: computed first
     if vkey is not None and vkey[0] in _ARITHMETIC:
-        v = _arithmetic_view(data, leaf_fn, vkey, n.dtype, n.device)
-        if v is not None:
-            return v
+        return _arithmetic_view(data, leaf_fn, vkey, n.dtype, n.device)
     return make_buffer(leaf_fn(data), n.device)
 
 
@@ -120,15 +118,16 @@ def _geometry(shape: tuple[int, ...], estrides: tuple[int, ...], vkey: tuple, le
 
 
 def _arithmetic_view(data: Any, leaf_fn: Callable[[Any], Any], vkey: tuple, dtype: np.dtype,
-                     device: str) -> ViewLeaf | None:  # fmt: skip
-    """``leaf_fn(data)`` as a :class:`ViewLeaf` (None when ``data``'s strides are not whole
-    elements). Nothing here asks the backend: building trees loads no compiler."""
+                     device: str) -> Buffer:  # fmt: skip
+    """``leaf_fn(data)`` as a :class:`ViewLeaf` (a buffer over the view itself when ``data``'s
+    strides are not whole elements). Nothing here asks the backend: building trees loads no
+    compiler."""
     strides = data.strides
     src_strides = _ELEMENT_STRIDES.get((strides, dtype))
     if src_strides is None:
         item = dtype.itemsize
         if any([s % item for s in strides]):
-            return None
+            return make_buffer(leaf_fn(data), device)
         if len(_ELEMENT_STRIDES) > 4096:
             _ELEMENT_STRIDES.clear()
         src_strides = _ELEMENT_STRIDES[(strides, dtype)] = tuple([s // item for s in strides])
@@ -176,8 +175,7 @@ def _buffer_arithmetic_view(n: Buffer, leaf_fn: Callable[[Any], Any], vkey: tupl
         g = _geometry(n.shape, n.estrides, vkey, leaf_fn, n.dtype)
         return make_view_leaf(n.source, compose(leaf_fn, n.fn), n.src_strides, n.offset + g.offset, g.shape,
                               g.estrides, n.dtype, n.device, g.layout)  # fmt: skip
-    v = _arithmetic_view(n.data, leaf_fn, vkey, n.dtype, n.device)
-    return v if v is not None else make_buffer(leaf_fn(n.data), n.device)
+    return _arithmetic_view(n.data, leaf_fn, vkey, n.dtype, n.device)
 
 
 def compose(f: Callable[[Any], Any], g: Callable[[Any], Any]) -> Callable[[Any], Any]:
