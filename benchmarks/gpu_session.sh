@@ -19,17 +19,18 @@ h2, c2 = lstm_step(*(ft.asarray(cp.asarray(a)) for a in inp), xp=ft)
 ft.reset_stats(); ft.evaluate(h2, c2); print(ft.stats())
 hr, cr = reference(*inp); print('rel_err', rel_err(h2.numpy(), hr), rel_err(c2.numpy(), cr))
 print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].source)";;
-    # the whole GPU suite compiles ~2,500 kernels (~25 min in one process on the H200 host): "suite"
-    # runs it as SUITE_PROCS (8) pytest processes side by side (logs: $OUT/suite_<k>.log; not yet
-    # timed on the H200); suite1 .. suite4 run round-robin quarters one process each, a call apiece
-    suite) LIMIT=${SUITE_LIMIT:-560} TAILN=40 run suite python3 benchmarks/gpu_suite_slice.py --procs "${SUITE_PROCS:-8}" --logs "$OUT";;
+    # the whole GPU suite compiles ~2,500 kernels (~25 min in one process): "suite" runs it as
+    # SUITE_PROCS (14) pytest processes side by side, heaviest tests dealt first (stop 31, H100: 14
+    # processes of round-robin slices were still running at 570 s; logs tarred in suite_logs.tgz);
+    # SUITE_PART=K-L/N runs only those round-robin slices; suite1 .. suite4: a quarter in one process
+    suite) LIMIT=${SUITE_LIMIT:-560} TAILN=40 run suite python3 benchmarks/gpu_suite_slice.py --procs "${SUITE_PROCS:-14}" --logs "$OUT/suite" --deadline $(( ${SUITE_LIMIT:-560} - 25 )) ${SUITE_PART:+--part $SUITE_PART}; (cd "$OUT" && tar czf suite_logs.tgz suite && rm -rf suite);;
     suite1|suite2|suite3|suite4) LIMIT=${SUITE_LIMIT:-560} TAILN=25 run "$p" python3 benchmarks/gpu_suite_slice.py "${p#suite}" 4;;
     tests) LIMIT=420 TAILN=40 run tests python3 -m pytest -m gpu -q -p no:cacheprovider -x --maxfail=5 -W ignore::DeprecationWarning tests/test_gpu.py;;
     # every GPU feature once (one float16 op, one reduction dtype, 8 fuzzed programs; >360 s on a cold
     # H100, compiling dominates: 26 tests); the random-tree
     # fuzzer and every op x dtype run in "suite"
     gputests_quick) FUSETREE_GPU_PROGRAMS=${FUSETREE_GPU_PROGRAMS:-8} LIMIT=540 TAILN=12 run gputests_quick python3 -m pytest -m gpu -v -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py tests/test_jit.py -k "transposed_tiles or lstm or interop or launch or cache or float16_and_bool or (reductions_every_kind and float16) or jit or graph or in_place or element_reads or program_fuzzer or bound or pytrees or horizontal or deep_chains or (add and float16) or (add and float32) or (sigmoid and float32)";;
-    quickp) LIMIT=${QUICK_LIMIT:-330} TAILN=45 run quickp python3 benchmarks/gpu_suite_slice.py --procs "${SUITE_PROCS:-14}" --logs "$OUT/quickp" -k "$QUICK_K"; (cd "$OUT" && tar czf quickp_logs.tgz quickp && rm -rf quickp);;
+    quickp) LIMIT=${QUICK_LIMIT:-330} TAILN=45 run quickp python3 benchmarks/gpu_suite_slice.py --procs "${SUITE_PROCS:-14}" --logs "$OUT/quickp" --deadline $(( ${QUICK_LIMIT:-330} - 20 )) -k "$QUICK_K"; (cd "$OUT" && tar czf quickp_logs.tgz quickp && rm -rf quickp);;
     fuzzprog) LIMIT=${FUZZ_LIMIT:-300} TAILN=15 run fuzzprog python3 benchmarks/fuzz.py --programs --device cuda --n ${FUZZ_N:-5000} --jobs ${FUZZ_JOBS:-12};;
     cputests) LIMIT=400 run cputests python3 -m pytest -q -p no:cacheprovider tests/test_lstm.py tests/test_cache.py tests/test_api.py;;
     profile) TAILN=150 run profile python3 benchmarks/profile_step.py cuda 128x512;;
