@@ -9,7 +9,8 @@ single-threaded per process; the disk cache is written atomically, so they share
 to ``DIR/suite_<k>.log`` (``-v``: a stuck log ends with the test it is in), and prints each
 process's summary line as it finishes; the exit status is non-zero when one failed. Tests are dealt
 longest first to the least loaded process (``HEAVY``: the tests that compile hundreds of kernels,
-~175-290 s each with 14 processes on the 16-core H100 host, stop 31). ``--part K-L/N`` runs only
+~175-360 s each with 14 processes on the 16-core H100 host, stop 31: the program fuzzer
+361 s, transposed tiles 338 s, a reduction kind 175-290 s; the whole suite then takes ~9.5 min). ``--part K-L/N`` runs only
 round-robin slices K..L of N (the rest of a suite a cut-off call did not finish); ``--deadline S``
 stops every process still running after S seconds and prints the test each was in, so a device
 call's own time limit never swallows the report.
@@ -29,7 +30,9 @@ RUN = ["-q", "-W", "ignore::DeprecationWarning", "--durations=5"]
 
 
 # tests that compile hundreds of kernels (seconds each, measured in stop 31's suite with 14 processes)
-HEAVY = re.compile(r"reduction_patterns|reductions_every_kind|program_fuzzer|large_reductions|random_trees")
+HEAVY = re.compile(
+    r"reduction_patterns|reductions_every_kind|program_fuzzer|large_reductions|random_trees|transposed_tiles"
+)
 MEDIUM = re.compile(r"char_lstm|wide_access|deep_chains|autodiff|arithmetic_views|train")
 
 
