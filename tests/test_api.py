@@ -56,6 +56,32 @@ def test_live_intermediate_is_stored_by_the_same_kernel(rng):
     assert ft.stats()["kernels"] == 1
 
 
+def test_live_values_among_many_pending_values(rng):
+    """The live-value rule with hundreds of other pending values alive: older and newer unrelated
+    values do not join the kernel, a live value inside the tree does (whichever order they are
+    realized in), and the search for it looks only at values registered since the tree's oldest
+    node (engine.state.recent_pending)."""
+    from fusetree.engine.state import recent_pending
+
+    a, b = (ft.asarray(rng.standard_normal(6)) for _ in range(2))
+    older = [a * float(i) for i in range(300)]
+    c2 = a * b + 1  # inside h2's tree, made between its oldest node and h2
+    h2 = ft.tanh(c2) * 2
+    newer = [b - float(i) for i in range(300)]
+    assert len(recent_pending(h2._node.lo)) == 302  # c2, h2 and the newer values, not the older
+    assert recent_pending(h2._node.lo, h2._node.uid)[-1] is c2
+    ft.reset_stats()
+    h2.numpy()
+    assert c2.is_realized and ft.stats()["kernels"] == 1
+    assert not older[-1].is_realized and not newer[0].is_realized
+    np.testing.assert_allclose(c2.numpy(), a.numpy() * b.numpy() + 1)
+    np.testing.assert_allclose(h2.numpy(), np.tanh(a.numpy() * b.numpy() + 1) * 2)
+    for i in (0, 299):  # oldest first and newest first: each its own kernel, right values
+        np.testing.assert_allclose(older[i].numpy(), a.numpy() * i)
+        np.testing.assert_allclose(newer[-1 - i].numpy(), b.numpy() - (299 - i))
+    assert ft.stats()["kernels"] == 5
+
+
 def test_explain_and_dot(rng):
     x = ft.asarray(rng.standard_normal((4, 4)).astype(np.float32))
     y = ft.sigmoid(x @ x + 1)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
+from itertools import islice
 from typing import Any, NamedTuple
 
 from .. import backends, config
@@ -34,7 +35,7 @@ from ..schedule import planner
 from ..schedule.plan import Plan
 from . import executor, kernels
 from .kernels import TICK
-from .state import HOOK, LOCK, PENDING, STATS, STORES
+from .state import HOOK, LOCK, PENDING, STATS, STORES, recent_pending
 
 _ref = weakref.ref
 
@@ -129,7 +130,7 @@ def realize(arrays: Sequence[Any]) -> None:
             return
         if a._base is None and n.op != "matmul" and not n.flags & _BY_SIZE:
             with LOCK:
-                if a._node is n and len(PENDING) <= 1 and _realize_one(a, n):
+                if a._node is n and (len(PENDING) <= 1 or _alone(a, n)) and _realize_one(a, n):
                     return
     elif len(arrays) > 1 and _one_group(arrays):
         # several pending values of one shape (an RNN step's h and c): straight to their group
@@ -182,6 +183,22 @@ def _one_group(arrays: Sequence[Any]) -> bool:
         ):
             return False
     return True
+
+
+def _alone(a: Any, n: Node) -> bool:
+    """Whether no other live pending value can be inside ``n``'s tree, judged from the 8 newest
+    registrations (see state.recent_pending); False when they do not tell (the general path looks)."""
+    lo, top = n.lo, n.uid
+    for r in list(islice(reversed(PENDING.values()), 8)):
+        w = r()
+        if w is None or w is a:
+            continue
+        if w._pmark < lo:
+            return True
+        m = w._node
+        if m.op != "buffer" and lo <= m.uid < top:
+            return False
+    return len(PENDING) <= 8
 
 
 def _realize_one(a: Any, n: Node) -> bool:
@@ -321,23 +338,18 @@ class Extra(NamedTuple):
 
 
 def find_extras(roots: Sequence[Node], shape: tuple, device: str, exclude: Sequence[Any]) -> list[Extra]:
-    """Live pending arrays inside ``roots``' trees with the same shape and device. A candidate is walked for only if its node was made between
-    the oldest op node of the roots' trees and the newest root (``lo <= uid < top``)."""
+    """Live pending arrays inside ``roots``' trees with the same shape and device. A candidate is
+    walked for only if its node was made between the oldest op node of the roots' trees and the
+    newest root (``lo <= uid < top``); only arrays registered since ``lo`` are looked at."""
     top = max(r.uid for r in roots)
     lo = min(r.lo for r in roots)
     root_ids = {id(r) for r in roots}
     skip = {id(a) for a in exclude}
     cands: dict[int, list[Any]] = {}
-    for ref in list(PENDING.values()):
-        w = ref()
-        if w is None:
-            continue
+    for w in recent_pending(lo, top):
         n = w._node
-        if n.op == "buffer":
-            PENDING.pop(id(ref), None)
-            continue
-        if n.op == "matmul" or not lo <= n.uid < top or id(w) in skip or id(n) in root_ids:
-            continue
+        if n.op == "buffer" or n.op == "matmul" or n.uid < lo or id(w) in skip or id(n) in root_ids:
+            continue  # (recent_pending checked uid < top)
         if n.shape != shape or (n.device or "cpu") != device:
             continue
         cands.setdefault(id(n), []).append(w)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from typing import Any
@@ -14,6 +15,33 @@ PENDING: dict[int, weakref.ref] = {}
 
 def drop(r: weakref.ref) -> None:
     PENDING.pop(id(r), None)
+
+
+def recent_pending(lo: int, top: int = 1 << 62) -> list[Any]:
+    """The live pending arrays that can hold a node made at or after uid ``lo`` (and before ``top``:
+    their node's uid is checked), newest first.
+
+    Arrays register in PENDING in the order of their marks (``Array._pmark``, drawn from the node
+    uid counter when they register), and an array's node is older than its mark: the search walks
+    PENDING from its newest end and stops at the first mark below ``lo``, so realizing a fresh value
+    costs the few values made since, not one step per live pending array (10,000 pending values
+    made every realize scan 10,000 entries). Each slice of the walk is taken by one C call
+    (``list(islice(...))``): no other thread or weak-reference callback can change PENDING during it.
+    """
+    out: list[Any] = []
+    done, k = 0, 16
+    while True:
+        tail = list(itertools.islice(reversed(PENDING.values()), k))
+        for r in tail[done:]:  # (the newest ``done`` were looked at in the last slice)
+            w = r()
+            if w is not None:
+                if w._pmark < lo:
+                    return out
+                if w._node.uid < top:
+                    out.append(w)
+        if len(tail) < k:
+            return out
+        done, k = k, k * 8
 
 
 # counters of :func:`stats` (plain ints: incremented on the hot path)

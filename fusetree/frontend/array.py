@@ -38,6 +38,7 @@ from . import unfused
 from .views import cached_view, compose, index_shape, resolve_shape, view_index, view_key, view_of
 
 _ref = weakref.ref
+_next_uid = _nm.next_uid
 _PENDING = engine.PENDING
 _drop = engine.drop
 _new = object.__new__
@@ -96,7 +97,7 @@ class Array:
     True
     """
 
-    __slots__ = ("__weakref__", "_base", "_node", "_pref", "_views")
+    __slots__ = ("__weakref__", "_base", "_node", "_pmark", "_pref", "_views")
     __array_priority__ = 100.0
     __hash__ = None  # type: ignore[assignment]  # == is elementwise, as in NumPy
 
@@ -108,6 +109,7 @@ class Array:
     _views: list[Any] | None
     _node: Node
     _pref: Any  # the weak reference registered in engine.PENDING while pending
+    _pmark: int  # when it was registered (ir.node.next_uid): marks grow in PENDING's order
 
     def __init__(self, node: Node) -> None:
         self._node = node
@@ -116,6 +118,7 @@ class Array:
         self._pref = None
         if node.leaves or node.op == "matmul":
             r = self._pref = _ref(self, _drop)
+            self._pmark = _next_uid()
             _PENDING[id(r)] = r
 
     # -- attributes ------------------------------------------------------------------------
@@ -442,9 +445,11 @@ class Array:
         record("store", (vnode,), (), new)
         self._node = new
         self._base = None
-        if self._pref is None:
-            r = self._pref = _ref(self, _drop)
-            _PENDING[id(r)] = r
+        if self._pref is not None:  # registered again, last: a pending array's node is newer than its mark
+            _PENDING.pop(id(self._pref), None)
+        r = self._pref = _ref(self, _drop)
+        self._pmark = _next_uid()
+        _PENDING[id(r)] = r
 
     def _traced_partial_store(self, key: Any, value: Any) -> None:
         tape = TAPE
@@ -717,6 +722,7 @@ def wrap(node: Node) -> Array:
     a._views = None
     if node.leaves or node.op == "matmul":
         r = a._pref = _ref(a, _drop)
+        a._pmark = _next_uid()
         _PENDING[id(r)] = r
         if node.flags >= _TOO_DEEP:  # a long chain of pending ops (a loop that never reads): run it
             engine.realize((a,))

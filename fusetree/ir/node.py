@@ -42,6 +42,9 @@ _KEYS: dict[tuple, int] = {}
 KEY_DESCRIPTIONS: list[tuple] = []  # int key -> the tuple it was interned from
 _key_lock = threading.Lock()
 _uids = itertools.count(1)
+# one shared order for nodes and pending-array registrations: an array registered as pending after
+# node ``n`` was made has a larger mark than ``n.uid`` (engine.realization's live-value search)
+next_uid = _uids.__next__
 
 
 def intern_key(t: tuple) -> int:
