@@ -154,14 +154,10 @@ class CuBLASLt:
         lib.cublasLtMatmulAlgoConfigGetAttribute.argtypes = [vp, i, vp, sz, ctypes.POINTER(sz)]
         lib.cublasLtMatmul.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, sz, vp]
         self.matmul_fn = lib.cublasLtMatmul
-        pref = vp()
-        self._check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
-        ws = ctypes.c_uint64(cublas.WORKSPACE)
-        self._check(
-            lib.cublasLtMatmulPreferenceSetAttribute(pref.value, 1, ctypes.byref(ws), 8),
-            "cublasLtMatmulPreferenceSetAttribute",
-        )  # fmt: skip  (1: MAX_WORKSPACE_BYTES)
-        self.pref = pref.value
+        self.pref = self._preference(cublas.WORKSPACE, None)
+        # algorithms whose split-K partial sums are reduced inside the GEMM kernel (or not split):
+        # one launch per product (see _choose)
+        self.pref_one_kernel = self._preference(cublas.WORKSPACE, self.REDUCTION_INPLACE)
         self.workspace = cublas.workspace.data.ptr
         self.plans: dict[tuple, LtPlan | None] = {}
         self.choices: dict[tuple, str] = {}  # how each problem's algorithm was chosen (benchmarks report it)
@@ -170,12 +166,46 @@ class CuBLASLt:
         if status != 0:
             raise DeviceError(f"cuBLASLt error {status} in {what}")
 
+    # cublasLtReductionScheme_t: INPLACE reduces split-K partial sums in the output buffer inside
+    # the GEMM kernel; COMPUTE_TYPE / OUTPUT_TYPE reduce them in a second kernel
+    REDUCTION_INPLACE = 1
+
+    def _preference(self, workspace: int, reduction_mask: int | None) -> int:
+        """A heuristic preference: the workspace limit and, if given, the reduction schemes allowed
+        (CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3)."""
+        lib = self.lib
+        pref = ctypes.c_void_p()
+        self._check(lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "cublasLtMatmulPreferenceCreate")
+        ws = ctypes.c_uint64(workspace)
+        self._check(lib.cublasLtMatmulPreferenceSetAttribute(pref.value, 1, ctypes.byref(ws), 8),
+                    "cublasLtMatmulPreferenceSetAttribute")  # fmt: skip
+        if reduction_mask is not None:
+            mask = ctypes.c_uint32(reduction_mask)
+            self._check(lib.cublasLtMatmulPreferenceSetAttribute(pref.value, 3, ctypes.byref(mask), 4),
+                        "cublasLtMatmulPreferenceSetAttribute")  # fmt: skip
+        return int(pref.value or 0)  # (set: the create call succeeded)
+
+    def _heuristic(self, desc: int, layouts: tuple[int, int, int], pref: int) -> list[LtPlan]:
+        """The heuristic's usable candidates for a problem, best first."""
+        results = (_HeuristicResult * self.CANDIDATES)()
+        count = ctypes.c_int(0)
+        status = self.lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc, layouts[0], layouts[1], layouts[2],
+                                                         layouts[2], pref, self.CANDIDATES, results,
+                                                         ctypes.byref(count))  # fmt: skip
+        if status != 0:
+            return []
+        return [
+            LtPlan(desc, layouts, _HeuristicResult.from_buffer_copy(r))
+            for r in results[: count.value]
+            if r.state == 0 and r.workspace_size <= self.cublas.WORKSPACE
+        ]
+
     def plan(self, dt: np.dtype, transa: int, transb: int, m: int, n: int, k: int, lda: int, ldb: int,
              ldc: int, operands: tuple[int, int] | None = None) -> LtPlan | None:  # fmt: skip
         """The problem's descriptors and algorithm (None when cuBLASLt offers none: use cuBLAS).
-        With ``operands`` (device pointers of A and B, not during a stream capture) a split-K first
-        choice is timed against the first one-kernel candidate on them once, into scratch memory
-        (every candidate with FUSETREE_GEMM_TUNE=1): see :meth:`_choose`."""
+        With ``operands`` (device pointers of A and B, not during a stream capture) a two-kernel
+        split-K first choice is timed against a one-kernel algorithm on them once, into scratch
+        memory (every candidate with FUSETREE_GEMM_TUNE=1): see :meth:`_choose`."""
         key = (dt, transa, transb, m, n, k, lda, ldb, ldc)
         if key in self.plans:
             return self.plans[key]
@@ -195,21 +225,13 @@ class CuBLASLt:
             lay = vp()
             self._check(lib.cublasLtMatrixLayoutCreate(ctypes.byref(lay), dtype, rows, cols, ld),
                         "cublasLtMatrixLayoutCreate")  # fmt: skip
-            layouts.append(lay.value)
-        results = (_HeuristicResult * self.CANDIDATES)()
-        count = ctypes.c_int(0)
-        status = lib.cublasLtMatmulAlgoGetHeuristic(self.handle, desc.value, layouts[0], layouts[1], layouts[2],
-                                                    layouts[2], self.pref, self.CANDIDATES, results,
-                                                    ctypes.byref(count))  # fmt: skip
+            layouts.append(int(lay.value or 0))
+        lay3 = (layouts[0], layouts[1], layouts[2])
+        d = int(desc.value or 0)  # (the create calls succeeded: set)
+        cands = self._heuristic(d, lay3, self.pref)
         plan = None
-        if status == 0:
-            cands = [
-                LtPlan(desc.value, (layouts[0], layouts[1], layouts[2]), _HeuristicResult.from_buffer_copy(r))
-                for r in results[: count.value]
-                if r.state == 0 and r.workspace_size <= self.cublas.WORKSPACE
-            ]
-            if cands:
-                plan, self.choices[key] = self._choose(cands, dt, operands, n * ldc)
+        if cands:
+            plan, self.choices[key] = self._choose(cands, dt, operands, n * ldc, d, lay3)
         self.plans[key] = plan
         return plan
 
@@ -219,36 +241,45 @@ class CuBLASLt:
     TUNE = os.environ.get("FUSETREE_GEMM_TUNE", "0") == "1"
     CANDIDATES = 8  # heuristic results asked for per problem
     # The heuristic's first choice is often split-K (a GEMM kernel + a reduction kernel: two launches,
-    # 2 of the 3 GEMM shapes of an LSTM time step at B128 H512). Its first one-kernel candidate is
-    # timed against it and kept unless it is slower by more than this factor.
+    # 2 of the 3 GEMM shapes of an LSTM time step at B128 H512). A one-kernel algorithm (split-K
+    # reduced in place, asked of the heuristic with only that scheme allowed, or not split) is timed
+    # against it and kept unless it is slower by more than this factor. Stop 29 (H200): `dg @ Wh.T`
+    # kept its pair, no unsplit candidate being within 10%; stop 31 adds the in-place candidates.
     SPLIT_K_SLACK = 1.10
 
-    def _choose(self, cands: list[LtPlan], dt: np.dtype, operands: tuple[int, int] | None,
-                csize: int) -> tuple[LtPlan, str]:  # fmt: skip
+    def _choose(self, cands: list[LtPlan], dt: np.dtype, operands: tuple[int, int] | None, csize: int,
+                desc: int, layouts: tuple[int, int, int]) -> tuple[LtPlan, str]:  # fmt: skip
         """The algorithm for a new problem and why: 'heuristic' (its first choice), 'one-kernel'
-        (a one-kernel candidate instead of a split-K first choice), 'tuned' (FUSETREE_GEMM_TUNE)."""
+        (instead of a first choice that reduces split-K partial sums in a second kernel: the
+        heuristic's best algorithm that reduces them in place, or its first unsplit candidate,
+        when at most SPLIT_K_SLACK slower on these operands), 'tuned' (FUSETREE_GEMM_TUNE)."""
         first = cands[0]
         if operands is None:  # while capturing a CUDA graph: nothing may run outside the capture
             return first, "heuristic"
         if self.TUNE and len(cands) > 1:
             times = self._times(cands, dt, operands, csize)
             return cands[times.index(min(times))], "tuned"
-        if self._split_k(first) <= 1:
+        if self._one_kernel(first):
             return first, "heuristic"
-        for c in cands[1:]:
-            if self._split_k(c) <= 1:
-                t_first, t_one = self._times([first, c], dt, operands, csize)
-                if t_one <= self.SPLIT_K_SLACK * t_first:
-                    return c, "one-kernel"
-                break
+        others = [c for c in self._heuristic(desc, layouts, self.pref_one_kernel) if self._one_kernel(c)]
+        others += [c for c in cands[1:] if self._one_kernel(c)]
+        if others:
+            t_first, t_one = self._times([first, others[0]], dt, operands, csize)
+            if t_one <= self.SPLIT_K_SLACK * t_first:
+                return others[0], "one-kernel"
         return first, "heuristic"
 
-    def _split_k(self, plan: LtPlan) -> int:
-        """CUBLASLT_ALGO_CONFIG_SPLITK_NUM of the plan's algorithm (1: one kernel)."""
-        v, written = ctypes.c_uint32(1), ctypes.c_size_t(0)
+    def _config(self, plan: LtPlan, attr: int, default: int) -> int:
+        """A uint32 attribute of the plan's algorithm configuration."""
+        v, written = ctypes.c_uint32(default), ctypes.c_size_t(0)
         fn = self.lib.cublasLtMatmulAlgoConfigGetAttribute
-        status = fn(ctypes.c_void_p(plan.algo_ptr), 2, ctypes.byref(v), 4, ctypes.byref(written))
-        return int(v.value) if status == 0 else 1
+        status = fn(ctypes.c_void_p(plan.algo_ptr), attr, ctypes.byref(v), 4, ctypes.byref(written))
+        return int(v.value) if status == 0 else default
+
+    def _one_kernel(self, plan: LtPlan) -> bool:
+        """Whether the algorithm is one kernel: K not split (CUBLASLT_ALGO_CONFIG_SPLITK_NUM = 2) or
+        its partial sums reduced in place (CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME = 3)."""
+        return self._config(plan, 2, 1) <= 1 or self._config(plan, 3, 0) == self.REDUCTION_INPLACE
 
     def _times(self, cands: list[LtPlan], dt: np.dtype, operands: tuple[int, int], csize: int) -> list[float]:
         """Device time of each candidate on these operands, into scratch memory (inf: it failed)."""
