@@ -46,6 +46,27 @@ def main() -> None:
             f"{name} {a.shape}x{b.shape} [{choice}, {us:.1f} us/call]: "
             + "; ".join(f"{c / 10:.1f}x {n}" for n, c in names.items())
         )
+        if lt:
+            explain(be, lt, a, b)
+
+
+def explain(be, lt, a, b) -> None:
+    """The candidates behind a choice: (split-K, reduction scheme, µs) of the default heuristic's and
+    of the in-place-only heuristic's algorithms on these operands."""
+    key = list(lt.plans)[-1]
+    dt, ta, tb, m, n, k, lda, ldb, ldc = key
+    plan = lt.plans[key]
+    if plan is None:
+        return
+    ops = (b.data.ptr, a.data.ptr)
+    for name, pref in (("default", lt.pref), ("in-place only", lt.pref_one_kernel)):
+        cands = lt._heuristic(plan.desc, plan.layouts, pref)
+        times = lt._times(cands, dt, ops, n * ldc) if cands else []
+        desc = ", ".join(
+            f"[splitK {lt._config(c, 2, 1)} scheme {lt._config(c, 3, 0)} {t * 200:.1f} us]"
+            for c, t in zip(cands, times)
+        )
+        print(f"    {name}: {desc}")
 
 
 if __name__ == "__main__":
