@@ -242,17 +242,19 @@ class CuBLASLt:
     CANDIDATES = 8  # heuristic results asked for per problem
     # The heuristic's first choice is often split-K (a GEMM kernel + a reduction kernel: two launches,
     # 2 of the 3 GEMM shapes of an LSTM time step at B128 H512). A one-kernel algorithm (split-K
-    # reduced in place, asked of the heuristic with only that scheme allowed, or not split) is timed
-    # against it and kept unless it is slower by more than this factor. Stop 29 (H200): `dg @ Wh.T`
-    # kept its pair, no unsplit candidate being within 10%; stop 31 adds the in-place candidates.
+    # reduced in place, asked of the heuristic with only that scheme allowed, or not split): the first
+    # two of each kind are timed against it and the fastest kept unless slower by more than this
+    # factor. Stop 31 (H100, benchmarks/gemm_kernels.py, µs on the operands): `h @ Wh` split-K 20.2
+    # vs unsplit 15.2 (kept: one kernel, faster), in-place split-K 25.4; `dg @ Wh.T` split-K 23-30
+    # vs in-place 138-185, no unsplit candidate (keeps its pair).
     SPLIT_K_SLACK = 1.10
 
     def _choose(self, cands: list[LtPlan], dt: np.dtype, operands: tuple[int, int] | None, csize: int,
                 desc: int, layouts: tuple[int, int, int]) -> tuple[LtPlan, str]:  # fmt: skip
         """The algorithm for a new problem and why: 'heuristic' (its first choice), 'one-kernel'
         (instead of a first choice that reduces split-K partial sums in a second kernel: the
-        heuristic's best algorithm that reduces them in place, or its first unsplit candidate,
-        when at most SPLIT_K_SLACK slower on these operands), 'tuned' (FUSETREE_GEMM_TUNE)."""
+        fastest of a few unsplit or in-place-reduced candidates, when at most SPLIT_K_SLACK slower
+        on these operands), 'tuned' (FUSETREE_GEMM_TUNE)."""
         first = cands[0]
         if operands is None:  # while capturing a CUDA graph: nothing may run outside the capture
             return first, "heuristic"
@@ -261,12 +263,14 @@ class CuBLASLt:
             return cands[times.index(min(times))], "tuned"
         if self._one_kernel(first):
             return first, "heuristic"
-        others = [c for c in self._heuristic(desc, layouts, self.pref_one_kernel) if self._one_kernel(c)]
-        others += [c for c in cands[1:] if self._one_kernel(c)]
+        # the default heuristic's unsplit candidates first, then the in-place-only heuristic's picks
+        others = [c for c in cands[1:] if self._one_kernel(c)][:2]
+        others += [c for c in self._heuristic(desc, layouts, self.pref_one_kernel) if self._one_kernel(c)][:2]
         if others:
-            t_first, t_one = self._times([first, others[0]], dt, operands, csize)
-            if t_one <= self.SPLIT_K_SLACK * t_first:
-                return others[0], "one-kernel"
+            t_first, *t_others = self._times([first, *others], dt, operands, csize)
+            best = min(range(len(others)), key=t_others.__getitem__)
+            if t_others[best] <= self.SPLIT_K_SLACK * t_first:
+                return others[best], "one-kernel"
         return first, "heuristic"
 
     def _config(self, plan: LtPlan, attr: int, default: int) -> int:
