@@ -74,9 +74,23 @@ def main(argv: list[str] | None = None) -> None:
         ft.evaluate(h2, c2)
         st[0], st[1] = h2, c2
 
+    from fusetree import backends
+    from fusetree.engine import executor
+
+    be = backends.get(dev)
     g = gates()
     g[:, :H]
-    memo = g._node.args[0].memo
+    gsum = g._node.args[0]  # the pending x@Wx + h@Wh (a GEMM-sum node), computed by the slice
+    memo = gsum.memo
+
+    def gemm_sum():  # both products again, through the engine (allocation, memoized plans)
+        gsum.memo = None
+        executor.compute_gemm(gsum, be)
+
+    xd, Wxd = x._node.data, Wx._node.data
+
+    def cell_evaluate():
+        ft.evaluate(*lstm_cell(g, c, ft))
     key = (slice(None), slice(H, 2 * H), Ellipsis)
     view = memo[key]
     rows = {
@@ -85,6 +99,12 @@ def main(argv: list[str] | None = None) -> None:
         "gates + first slice (runs the GEMMs)": gates_gemm,
         "gates + 4 slices": gates_slices,
         "gates + 4 slices + cell built": cell_build,
+        "x @ Wx (node only)": lambda: x @ Wx,
+        "x @ Wx + h @ Wh (fold, nodes only)": lambda: x @ Wx + h @ Wh,
+        "compute the GEMM sum (2 GEMMs + output)": gemm_sum,
+        "backend gemm x @ Wx (allocates)": lambda: be.gemm(xd, Wxd),
+        "4 slices + cell, GEMMs done": lambda: lstm_cell(g, c, ft),
+        "4 slices + cell + evaluate(h2, c2), GEMMs done": cell_evaluate,
         "backend slice of the GEMM result": lambda: memo[key],
         "make_buffer(slice)": lambda: make_buffer(view, dev),
         "slice of a pending sum (memoized GEMM)": lambda: g[:, H : 2 * H],

@@ -442,6 +442,9 @@ def merge_leaves(args: tuple[Node, ...]) -> tuple[tuple[Node, ...], tuple | None
         if not b.leaves:  # (x*y) + x: a tree and one of its own leaves
             return (first, (_iota(len(first)), (first.index(b),))) if b in first else (first + (b,), None)
         second = b.leaves
+        k, n = len(second), len(first)
+        if k <= n and first[n - k :] == second:  # b's tree ends a's (evaluate(h, c), h = o * tanh(c))
+            return first, (_iota(n), _iota(n)[n - k :])
         if len(second) <= 8:
             merged = list(first)
             where = []
