@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def cell_evaluate():
         ft.evaluate(*lstm_cell(g, c, ft))
+
     key = (slice(None), slice(H, 2 * H), Ellipsis)
     view = memo[key]
     rows = {
