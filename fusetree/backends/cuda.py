@@ -182,8 +182,8 @@ class CUDAKernel:
         self.per_thread = per_thread  # elements a thread takes per grid-stride step (vectors, unroll)
         self.tile = tile  # > 0: reads a transposed input through tile x tile shared-memory tiles (codegen.elementwise)
         self.source = ""
-        # flat launches: elements -> the cuLaunchKernel arguments before the stream (memoized)
-        self.calls: dict[Any, tuple] = {}  # launch arguments per size (flat) or shape
+        # elementwise launches: size (flat) or shape -> the cuLaunchKernel arguments before the stream
+        self.calls: dict[Any, tuple] = {}
 
 
 def _flat_grid(k: CUDAKernel, n: int) -> int:
@@ -368,26 +368,20 @@ class CUDABackend(Backend):
         n = 1
         for s in shape:
             n *= s
-        if k.flat:  # the common case: a 1-D grid, packed and launched here
+        if k.flat:  # the common case: a 1-D grid
             args.append(n)
-            args.append(n)
-            k.packer.pack_into(k.buf, 0, *args)
-            call = k.calls.get(n)
-            if call is None:
-                if len(k.calls) > 64:
-                    k.calls.clear()
-                call = k.calls[n] = (k.func, _flat_grid(k, n), 1, 1, k.block, 1, 1, 0)
-            self._driver_launch(call, k.args, k.name)
-            return
-        args.extend(shape if shape else (1,))
+            key: Any = n
+        else:  # row and tile kernels
+            args.extend(shape if shape else (1,))
+            key = shape
         args.append(n)
-        call = k.calls.get(shape)  # (row and tile kernels: their launch shape memoized per shape)
+        call = k.calls.get(key)  # the launch shape, memoized per size (flat) or shape
         if call is None:
             grid, block = self.elementwise_config(k, shape, n)
             (gx, gy), (bx, by) = launch_dims(grid), launch_dims(block)
             if len(k.calls) > 64:
                 k.calls.clear()
-            call = k.calls[shape] = (k.func, gx, gy, 1, bx, by, 1, 0)
+            call = k.calls[key] = (k.func, gx, gy, 1, bx, by, 1, 0)
         k.packer.pack_into(k.buf, 0, *args)
         self._driver_launch(call, k.args, k.name)
 
