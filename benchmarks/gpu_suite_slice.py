@@ -60,16 +60,21 @@ def collect(select: str | None = None) -> list[str]:
 
 def one(k: int, n: int, extra: list[str]) -> int:
     ids = collect()
-    mine = ids[k - 1 :: n]
+    mine = round_robin(ids, k, k, n)
     print(f"slice {k}/{n}: {len(mine)} of {len(ids)} tests", flush=True)
     return subprocess.run([*BASE, *RUN, *extra, *mine]).returncode
+
+
+def round_robin(ids: list[str], lo: int, hi: int, n: int) -> list[str]:
+    """The tests of round-robin slices ``lo``..``hi`` (1-based) of ``n``."""
+    return [t for k in range(lo, hi + 1) for t in ids[k - 1 :: n]]
 
 
 def part_of(ids: list[str], part: str) -> list[str]:
     """``K-L/N``: the tests of round-robin slices K..L of N (as ``one`` and older runs dealt them)."""
     span, n = part.split("/")
     lo, _, hi = span.partition("-")
-    return [t for k in range(int(lo), int(hi or lo) + 1) for t in ids[k - 1 :: int(n)]]
+    return round_robin(ids, int(lo), int(hi or lo), int(n))
 
 
 def report(k: int, procs: int, count: int, code: int | None, log_name: str) -> None:
