@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from itertools import islice
 from typing import Any, NamedTuple
 
 from .. import backends, config
@@ -130,7 +129,7 @@ def realize(arrays: Sequence[Any]) -> None:
             return
         if a._base is None and n.op != "matmul" and not n.flags & _BY_SIZE:
             with LOCK:
-                if a._node is n and (len(PENDING) <= 1 or _alone(a, n)) and _realize_one(a, n):
+                if a._node is n and (len(PENDING) <= 1 or _alone(n)) and _realize_one(a, n):
                     return
     elif len(arrays) > 1 and _one_group(arrays):
         # several pending values of one shape (an RNN step's h and c): straight to their group
@@ -185,20 +184,16 @@ def _one_group(arrays: Sequence[Any]) -> bool:
     return True
 
 
-def _alone(a: Any, n: Node) -> bool:
-    """Whether no other live pending value can be inside ``n``'s tree, judged from the 8 newest
-    registrations (see state.recent_pending); False when they do not tell (the general path looks)."""
-    lo, top = n.lo, n.uid
-    for r in list(islice(reversed(PENDING.values()), 8)):
-        w = r()
-        if w is None or w is a:
-            continue
-        if w._pmark < lo:
-            return True
+def _alone(n: Node) -> bool:
+    """Whether no other live pending value is inside ``n``'s tree (made between its oldest op node
+    and itself): then realizing it stores nothing else. ``n``'s own array is not returned by the
+    search (its node is ``top``)."""
+    lo = n.lo
+    for w in recent_pending(lo, n.uid):
         m = w._node
-        if m.op != "buffer" and lo <= m.uid < top:
+        if m.op != "buffer" and m.uid >= lo:
             return False
-    return len(PENDING) <= 8
+    return True
 
 
 def _realize_one(a: Any, n: Node) -> bool:
