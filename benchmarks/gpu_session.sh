@@ -5,7 +5,7 @@ set -u
 export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 FUSETREE_CACHE_DIR=/tmp/ftcache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 parts=${*:-"env sanity tests host bandwidth compile lstm"}
-# every GPU feature once (the quick subset), for "quick" (one process) and "quickp" (processes side by side)
+# every GPU feature once (the quick subset), for "gputests_quick" (one process) and "quickp" (processes side by side)
 QUICK_K=${QUICK_K:-"arithmetic_views or repeated_gemms or transposed_tiles or lstm or interop or launch or cache or float16_and_bool or (reductions_every_kind and float16) or jit or graph or in_place or element_reads or program_fuzzer or bound or pytrees or horizontal or deep_chains or autodiff or char_lstm or wide_access or (add and float16) or (add and float32) or (sigmoid and float32)"}
 run() { local name=$1; shift; echo "=== $name"; local t=$SECONDS; timeout "${LIMIT:-300}" "$@" > "$OUT/$name.log" 2>&1; local rc=$?; echo "[$name rc=$rc $((SECONDS-t))s]"; tail -n "${TAILN:-25}" "$OUT/$name.log"; }
 for p in $parts; do
@@ -26,10 +26,10 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     suite) LIMIT=${SUITE_LIMIT:-560} TAILN=40 run suite python3 benchmarks/gpu_suite_slice.py --procs "${SUITE_PROCS:-14}" --logs "$OUT/suite" --deadline $(( ${SUITE_LIMIT:-560} - 25 )) ${SUITE_PART:+--part $SUITE_PART}; (cd "$OUT" && tar czf suite_logs.tgz suite && rm -rf suite);;
     suite1|suite2|suite3|suite4) LIMIT=${SUITE_LIMIT:-560} TAILN=25 run "$p" python3 benchmarks/gpu_suite_slice.py "${p#suite}" 4;;
     tests) LIMIT=420 TAILN=40 run tests python3 -m pytest -m gpu -q -p no:cacheprovider -x --maxfail=5 -W ignore::DeprecationWarning tests/test_gpu.py;;
-    # every GPU feature once (one float16 op, one reduction dtype, 8 fuzzed programs; >360 s on a cold
-    # H100, compiling dominates: 26 tests); the random-tree
-    # fuzzer and every op x dtype run in "suite"
-    gputests_quick) FUSETREE_GPU_PROGRAMS=${FUSETREE_GPU_PROGRAMS:-8} LIMIT=540 TAILN=12 run gputests_quick python3 -m pytest -m gpu -v -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py tests/test_jit.py -k "transposed_tiles or lstm or interop or launch or cache or float16_and_bool or (reductions_every_kind and float16) or jit or graph or in_place or element_reads or program_fuzzer or bound or pytrees or horizontal or deep_chains or (add and float16) or (add and float32) or (sigmoid and float32)";;
+    # every GPU feature once ($QUICK_K: one float16 op, one reduction dtype, 8 fuzzed programs; it
+    # was >360 s on a cold H100 in one process at 26 tests, compiling dominates; "quickp" runs the
+    # same selection side by side); the random-tree fuzzer and every op x dtype run in "suite"
+    gputests_quick) FUSETREE_GPU_PROGRAMS=${FUSETREE_GPU_PROGRAMS:-8} LIMIT=540 TAILN=12 run gputests_quick python3 -m pytest -m gpu -v -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py tests/test_jit.py -k "$QUICK_K";;
     quickp) LIMIT=${QUICK_LIMIT:-330} TAILN=45 run quickp python3 benchmarks/gpu_suite_slice.py --procs "${SUITE_PROCS:-14}" --logs "$OUT/quickp" --deadline $(( ${QUICK_LIMIT:-330} - 20 )) -k "$QUICK_K"; (cd "$OUT" && tar czf quickp_logs.tgz quickp && rm -rf quickp);;
     fuzzprog) LIMIT=${FUZZ_LIMIT:-300} TAILN=15 run fuzzprog python3 benchmarks/fuzz.py --programs --device cuda --n ${FUZZ_N:-5000} --jobs ${FUZZ_JOBS:-12};;
     cputests) LIMIT=400 run cputests python3 -m pytest -q -p no:cacheprovider tests/test_lstm.py tests/test_cache.py tests/test_api.py;;
