@@ -47,6 +47,8 @@ if PART == "reductions":
     checked += rc.check_patterns(D, rng, shape=(3, 10), dtypes=("float32", "float16"))
     with ft.options(reduce_threads=64):  # several warps per row: the shared-memory exchange
         checked += rc.check_patterns(D, rng, shape=(2, 70), dtypes=("float32",))
+    with ft.options(reduce_threads=64, reduce_rows_per_block=2):  # two rows per block, the last alone
+        checked += rc.check_patterns(D, rng, shape=(3, 70), dtypes=("float32",))
     checked += rc.check_kinds(D, rng, [(2, 3, 4)], ["float32", "int16", "bool"])
     # rows held in registers with wide loads (row length a multiple of the vector width, rows
     # aligned), and the streaming fallback for misaligned row views

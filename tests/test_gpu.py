@@ -321,11 +321,11 @@ def test_reductions_every_kind_on_gpu(dtype, rng):
     assert rc.check_kinds("cuda", rng, [(7,), (3, 4, 5), (5, 300)], [dtype]) > 0
 
 
-@pytest.mark.parametrize("threads", [0, 1, 8, 64, 1024])
-def test_reduction_patterns_on_gpu(threads, rng):
+@pytest.mark.parametrize("threads,rows", [(0, 1), (1, 1), (8, 1), (64, 1), (1024, 1), (64, 4), (0, 2)])
+def test_reduction_patterns_on_gpu(threads, rows, rng):
     import reduce_cases as rc
 
-    with ft.options(reduce_threads=threads):
+    with ft.options(reduce_threads=threads, reduce_rows_per_block=rows):
         assert rc.check_patterns("cuda", rng, shape=(6, 40)) == 48
         assert rc.check_patterns("cuda", rng, shape=(4, 5, 700), dtypes=("float32",)) == 16
         assert rc.check_special("cuda", rng) > 0

@@ -185,7 +185,8 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
         w("rstep = cuda.gridDim.x * gpb")
         w("wid = tid // 32")
         w("wl = tid % 32")
-        w("nw = cuda.blockDim.x // 32")
+        w("nw = tpr // 32")  # warps per row (rows of more than a warp)
+        w("w0 = (tid // tpr) * nw")  # the row's first warp in the block
         w("width = min(tpr, 32)")
         for j, (kind, _, acc) in accs.items():
             w(f"sh{j} = cuda.shared.array(32, {dtypes.CTOR[acc]})")
@@ -581,10 +582,10 @@ def _group_combine(w: Writer, red: list[int], accs: dict, comb, sim: bool = Fals
             w(f"    sh{j}_i[wid] = a{j}_i")
     w("cuda.syncthreads()")
     for j in red:
-        w(f"a{j} = sh{j}[0]")
+        w(f"a{j} = sh{j}[w0]")
         if REDUCTIONS[accs[j][0]].index:
-            w(f"a{j}_i = sh{j}_i[0]")
-    w("for k in range(1, nw):")
+            w(f"a{j}_i = sh{j}_i[w0]")
+    w("for k in range(w0 + 1, w0 + nw):")
     w.indent()
     for j in red:
         kind = accs[j][0]

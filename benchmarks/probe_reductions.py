@@ -1,0 +1,105 @@
+"""Launch shapes of the row-reduction kernels (softmax, layernorm) swept on the current GPU.
+
+Each variant is a set of options (``reduce_held``, ``reduce_threads``, ``reduce_rows_per_block``,
+``reduce_blocks_per_sm``); each is timed as device time per call (CUDA events around a loop of
+jitted calls, warm-up excluded, median of repeats) and compared with a device copy of the same
+bytes (read x, write y) timed the same way in the same run. Results are checked against NumPy.
+
+    python benchmarks/probe_reductions.py [--shapes 4096x4096] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import statistics
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import fusetree as ft
+
+EPS = 1e-5
+
+
+def device_us(fn, calls: int = 20, repeats: int = 7) -> float:
+    import cupy as cp
+
+    for _ in range(3):
+        fn()
+    a, b = cp.cuda.Event(), cp.cuda.Event()
+    ts = []
+    for _ in range(repeats):
+        a.record()
+        for _ in range(calls):
+            fn()
+        b.record()
+        b.synchronize()
+        ts.append(cp.cuda.get_elapsed_time(a, b) * 1e3 / calls)
+    return statistics.median(ts)
+
+
+def reference(op: str, x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    if op == "softmax":
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    m = x.mean(-1, keepdims=True)
+    v = ((x - m) ** 2).mean(-1, keepdims=True)
+    return (x - m) / np.sqrt(v + EPS) * w + b
+
+
+def main(argv: list[str] | None = None) -> None:
+    import cupy as cp
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", default="4096x4096")
+    p.add_argument("--quick", action="store_true", help="fewer variants")
+    a = p.parse_args(argv)
+    held = [16, 32] if a.quick else [8, 16, 32]
+    rpb = [1, 2, 4]
+    bps = [4, 8, 16, 64]
+    rng = np.random.default_rng(0)
+    for shape_s in a.shapes.split(","):
+        shape = tuple(int(v) for v in shape_s.split("x"))
+        for dt in ("float32", "float16"):
+            hx = (rng.standard_normal(shape) * 2).astype(dt)
+            hw = rng.uniform(0.5, 1.5, shape[-1:]).astype(dt)
+            hb = rng.standard_normal(shape[-1:]).astype(dt)
+            x, w, b = cp.asarray(hx), cp.asarray(hw), cp.asarray(hb)
+            scratch = cp.empty_like(x)
+            copy_us = device_us(lambda: cp.copyto(scratch, x))
+            print(f"== {shape_s} {dt}: device copy {copy_us:.1f} us ({2 * x.nbytes / copy_us / 1e3:.0f} GB/s)")
+            fx, fw, fb = ft.asarray(x), ft.asarray(w), ft.asarray(b)
+            for op in ("softmax", "layernorm"):
+                want = reference(op, hx, hw.astype(np.float64), hb.astype(np.float64))
+                best = None
+                for h, r, g in itertools.product(held, rpb, bps):
+                    if a.quick and g not in (8, 16):
+                        continue
+                    opts = dict(reduce_held=h, reduce_rows_per_block=r, reduce_blocks_per_sm=g)
+                    with ft.options(**opts):
+                        if op == "softmax":
+                            f = ft.jit(lambda t: ft.softmax(t))
+                            call = lambda f=f: f(fx)
+                        else:
+                            f = ft.jit(lambda t, ww, bb: ft.layer_norm(t, ww, bb, EPS))
+                            call = lambda f=f: f(fx, fw, fb)
+                        got = call().numpy().astype(np.float64)
+                        err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+                        us = device_us(call)
+                    pct = 100 * copy_us / us
+                    tag = f"held={h:2d} rows/block={r} blocks/SM={g:2d}"
+                    print(f"{op:9s} {tag}: {us:7.1f} us  {pct:5.1f}% of copy  err {err:.1e}", flush=True)
+                    if best is None or us < best[0]:
+                        best = (us, tag)
+                assert best is not None
+                print(f"{op:9s} best: {best[1]} {best[0]:.1f} us = {100 * copy_us / best[0]:.1f}% of copy")
+
+
+if __name__ == "__main__":
+    main()
