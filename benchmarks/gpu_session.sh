@@ -58,6 +58,8 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     redtests) LIMIT=420 TAILN=30 run redtests python3 -m pytest -m gpu -q -p no:cacheprovider -x -W ignore::DeprecationWarning tests/test_gpu.py -k "reduction or graph or two_stage";;
     graphtest) LIMIT=120 TAILN=6 run graphtest python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py -k "graph or jit";;
     redheld) for h in 8 16 32; do FUSETREE_REDUCE_HELD=$h LIMIT=120 TAILN=12 run redheld_$h python3 benchmarks/reductions.py --device cuda --shapes 4096x4096,64x128x1024; done;;
+    # launch shapes of the row reductions at (4096, 4096): held elements x rows per block
+    probered) LIMIT=${PROBE_LIMIT:-300} TAILN=80 run probe_reductions python3 benchmarks/probe_reductions.py ${PROBE_ARGS:-};;
     reductions) LIMIT=400 TAILN=70 run reductions python3 benchmarks/reductions.py --device cuda --json "$OUT/reductions_gpu.json";;
     fuzz) LIMIT=${FUZZ_LIMIT:-300} TAILN=15 run fuzz python3 benchmarks/fuzz.py --device cuda --n ${FUZZ_N:-2000} --jobs ${FUZZ_JOBS:-12};;
     lstmseq) LIMIT=${SEQ_LIMIT:-300} TAILN=40 run lstmseq python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --modes fusetree,fusetree-jit,fusetree-graph,cupy-handwritten,torch-lstmcell,torch-compile --json "$OUT/lstm_seq_gpu.json";;

@@ -1,11 +1,10 @@
 """Launch shapes of the row-reduction kernels (softmax, layernorm) swept on the current GPU.
 
-Each variant is a set of options (``reduce_held``, ``reduce_threads``, ``reduce_rows_per_block``,
-``reduce_blocks_per_sm``); each is timed as device time per call (CUDA events around a loop of
+Each variant is a set of options (``reduce_held``, ``reduce_rows_per_block``); each is timed as device time per call (CUDA events around a loop of
 jitted calls, warm-up excluded, median of repeats) and compared with a device copy of the same
 bytes (read x, write y) timed the same way in the same run. Results are checked against NumPy.
 
-    python benchmarks/probe_reductions.py [--shapes 4096x4096] [--quick]
+    python benchmarks/probe_reductions.py [--shapes 4096x4096,64x128x1024,128x512] [--quick]
 """
 
 from __future__ import annotations
@@ -57,12 +56,11 @@ def main(argv: list[str] | None = None) -> None:
     import cupy as cp
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", default="4096x4096")
+    p.add_argument("--shapes", default="4096x4096,64x128x1024,128x512")
     p.add_argument("--quick", action="store_true", help="fewer variants")
     a = p.parse_args(argv)
     held = [16, 32] if a.quick else [8, 16, 32]
     rpb = [1, 2, 4]
-    bps = [4, 8, 16, 64]
     rng = np.random.default_rng(0)
     for shape_s in a.shapes.split(","):
         shape = tuple(int(v) for v in shape_s.split("x"))
@@ -78,10 +76,8 @@ def main(argv: list[str] | None = None) -> None:
             for op in ("softmax", "layernorm"):
                 want = reference(op, hx, hw.astype(np.float64), hb.astype(np.float64))
                 best = None
-                for h, r, g in itertools.product(held, rpb, bps):
-                    if a.quick and g not in (8, 16):
-                        continue
-                    opts = dict(reduce_held=h, reduce_rows_per_block=r, reduce_blocks_per_sm=g)
+                for h, r in itertools.product(held, rpb):
+                    opts = dict(reduce_held=h, reduce_rows_per_block=r)
                     with ft.options(**opts):
                         if op == "softmax":
                             f = ft.jit(lambda t: ft.softmax(t))
@@ -93,7 +89,7 @@ def main(argv: list[str] | None = None) -> None:
                         err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
                         us = device_us(call)
                     pct = 100 * copy_us / us
-                    tag = f"held={h:2d} rows/block={r} blocks/SM={g:2d}"
+                    tag = f"held={h:2d} rows/block={r}"
                     print(f"{op:9s} {tag}: {us:7.1f} us  {pct:5.1f}% of copy  err {err:.1e}", flush=True)
                     if best is None or us < best[0]:
                         best = (us, tag)

@@ -54,10 +54,8 @@ class Options:
     # reduction GPU tests (patterns, two-stage, wide access: aligned and misaligned rows) on the H200
     reduce_held: int = 32
     reduce_split: int = 0
-    # CUDA reduction launches: rows per block when a row takes a warp or more (1: a block per row),
-    # and the grid's cap in blocks per SM (rows beyond it are taken by a grid-stride loop)
+    # CUDA reduction launches: rows per block when a row takes a warp or more (1: a block per row)
     reduce_rows_per_block: int = 1
-    reduce_blocks_per_sm: int = 16
     # queue whole-array stores of pending values and write them together at the next read or
     # ft.synchronize() (eager and ft.jit traces; off by default); see fusetree.engine.stores
     defer_stores: bool = False
@@ -80,7 +78,6 @@ def _from_env() -> Options:
         reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 32)),
         reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),
         reduce_rows_per_block=int(os.environ.get("FUSETREE_REDUCE_ROWS_PER_BLOCK", 1)),
-        reduce_blocks_per_sm=int(os.environ.get("FUSETREE_REDUCE_BLOCKS_PER_SM", 16)),
         defer_stores=_env_flag("FUSETREE_DEFER_STORES", False),
         device=os.environ.get("FUSETREE_DEVICE", "") or "cpu",
     )

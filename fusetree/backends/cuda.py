@@ -457,9 +457,8 @@ class CUDABackend(Backend):
         nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
         tpr = config.current.reduce_threads or pow2_at_least(-(-clen // config.current.reduce_held))
         tpr = min(tpr, k.max_threads)
-        o = config.current
-        block = min(tpr * o.reduce_rows_per_block, k.max_threads) if tpr >= 32 else 128
-        grid = max(1, min(-(-nkeep // (block // tpr)), self.sms * o.reduce_blocks_per_sm))
+        block = min(tpr * config.current.reduce_rows_per_block, k.max_threads) if tpr >= 32 else 128
+        grid = max(1, -(-nkeep // (block // tpr)))  # a block per group of rows (the kernel has no row loop)
         return tpr, grid, block
 
     def launch_frame(self, launcher: Any, args: list, outs: list, smaps: list, geometry: tuple) -> None:

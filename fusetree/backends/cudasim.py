@@ -105,8 +105,8 @@ class SimBackend(Backend):
         staged = _frame_outputs(args, outs, smaps)
         nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
         tpr = config.current.reduce_threads or min(pow2_at_least(-(-clen // 4)), 64)
-        block = tpr if tpr >= 32 else 32
-        grid = max(1, min(-(-nkeep // (block // tpr)), 4))
+        block = min(tpr * config.current.reduce_rows_per_block, 1024) if tpr >= 32 else 32
+        grid = max(1, min(-(-nkeep // (block // tpr)), 4))  # few blocks: the kernel loops over rows
         launcher.fn[grid, block](*args, *geometry, tpr)
         for o, buf in staged:
             np.copyto(o, buf, casting="unsafe")
