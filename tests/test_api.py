@@ -82,6 +82,40 @@ def test_live_values_among_many_pending_values(rng):
     assert ft.stats()["kernels"] == 5
 
 
+def test_live_value_search_while_the_collector_drops_pending_values(rng, monkeypatch):
+    """recent_pending when dead pending arrays leave PENDING between its slices and while one is
+    taken (a garbage collection's weak-reference callbacks; seen on the H100 as "dictionary changed
+    size during iteration"): every live value registered since ``lo`` is still found, once."""
+    import itertools
+
+    from fusetree.engine import state
+
+    a = ft.asarray(rng.standard_normal(4))
+    live, junk = [], []
+    for i in range(400):
+        live.append(a * float(i))
+        junk.append(a + float(i))  # interleaved with the live values in PENDING
+    calls = []
+
+    class Collecting:  # stands in for itertools in engine.state: PENDING changes under the walk
+        @staticmethod
+        def islice(it, k):
+            calls.append(k)
+            if len(calls) == 2:  # between the first slice and the second: the newest junk dies
+                del junk[-150:]
+            if len(calls) == 3:  # while a slice is taken
+                del junk[:100]
+                raise RuntimeError("dictionary changed size during iteration")
+            return itertools.islice(it, k)
+
+    monkeypatch.setattr(state, "itertools", Collecting)
+    found = state.recent_pending(live[0]._node.lo)
+    ids = [id(w) for w in found]
+    assert len(calls) >= 4 and len(ids) == len(set(ids))
+    assert {id(w) for w in live} <= set(ids)
+    assert {id(w) for w in junk} <= set(ids)  # (and junk seen in the first slice, before it died)
+
+
 def test_explain_and_dot(rng):
     x = ft.asarray(rng.standard_normal((4, 4)).astype(np.float32))
     y = ft.sigmoid(x @ x + 1)

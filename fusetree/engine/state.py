@@ -26,22 +26,34 @@ def recent_pending(lo: int, top: int = 1 << 62) -> list[Any]:
     PENDING from its newest end and stops at the first mark below ``lo``, so realizing a fresh value
     costs the few values made since, not one step per live pending array (10,000 pending values
     made every realize scan 10,000 entries). Each slice of the walk is taken by one C call
-    (``list(islice(...))``): no other thread or weak-reference callback can change PENDING during it.
+    (``list(islice(...))``), retried when PENDING changed in between: allocating the ``islice``
+    object after its reversed iterator can run the garbage collector, whose weak-reference
+    callbacks drop dead arrays from PENDING ("dictionary changed size during iteration", seen
+    once on the H100). A longer slice skips what the last one looked at by mark, not position
+    (entries dropped in between move the positions).
     """
     out: list[Any] = []
-    done, k = 0, 16
+    seen = 1 << 62  # arrays with marks >= seen were looked at (positions can move: marks do not)
+    k = 16
     while True:
-        tail = list(itertools.islice(reversed(PENDING.values()), k))
-        for r in tail[done:]:  # (the newest ``done`` were looked at in the last slice)
+        try:
+            tail = list(itertools.islice(reversed(PENDING.values()), k))
+        except RuntimeError:  # PENDING changed while the slice was taken (a collection): again
+            continue
+        for r in tail:
             w = r()
             if w is not None:
-                if w._pmark < lo:
+                m = w._pmark
+                if m >= seen:
+                    continue
+                if m < lo:
                     return out
+                seen = m
                 if w._node.uid < top:
                     out.append(w)
         if len(tail) < k:
             return out
-        done, k = k, k * 8
+        k *= 8
 
 
 # counters of :func:`stats` (plain ints: incremented on the hot path)
