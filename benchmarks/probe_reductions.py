@@ -4,7 +4,8 @@ Each variant is a set of options (``reduce_held``, ``reduce_rows_per_block``); e
 jitted calls, warm-up excluded, median of repeats) and compared with a device copy of the same
 bytes (read x, write y) timed the same way in the same run. Results are checked against NumPy.
 
-    python benchmarks/probe_reductions.py [--shapes 4096x4096,64x128x1024,128x512] [--quick]
+    python benchmarks/probe_reductions.py [--shapes 4096x4096,64x128x1024,128x512] [--held 16,32] [--rows 1,2]
+    python benchmarks/probe_reductions.py --src /path/to/older/checkout --held 32 --rows 1   # a baseline
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import sys
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+_src = sys.argv[sys.argv.index("--src") + 1] if "--src" in sys.argv else os.path.dirname(HERE)
+sys.path.insert(0, _src)  # (--src: time another checkout's fusetree, e.g. the commit before a change)
 
 import fusetree as ft
 
@@ -57,10 +59,15 @@ def main(argv: list[str] | None = None) -> None:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", default="4096x4096,64x128x1024,128x512")
-    p.add_argument("--quick", action="store_true", help="fewer variants")
+    p.add_argument("--held", default="8,16,32", help="reduce_held values")
+    p.add_argument(
+        "--rows", default="1,2,4", help="reduce_rows_per_block values (1 alone for an older checkout)"
+    )
+    p.add_argument("--src", help="the checkout whose fusetree is timed (default: this one)")
     a = p.parse_args(argv)
-    held = [16, 32] if a.quick else [8, 16, 32]
-    rpb = [1, 2, 4]
+    held = [int(v) for v in a.held.split(",")]
+    rpb = [int(v) for v in a.rows.split(",")]
+    print(f"fusetree from {os.path.dirname(ft.__file__)}")
     rng = np.random.default_rng(0)
     for shape_s in a.shapes.split(","):
         shape = tuple(int(v) for v in shape_s.split("x"))
@@ -71,13 +78,17 @@ def main(argv: list[str] | None = None) -> None:
             x, w, b = cp.asarray(hx), cp.asarray(hw), cp.asarray(hb)
             scratch = cp.empty_like(x)
             copy_us = device_us(lambda: cp.copyto(scratch, x))
-            print(f"== {shape_s} {dt}: device copy {copy_us:.1f} us ({2 * x.nbytes / copy_us / 1e3:.0f} GB/s)")
+            print(
+                f"== {shape_s} {dt}: device copy {copy_us:.1f} us ({2 * x.nbytes / copy_us / 1e3:.0f} GB/s)"
+            )
             fx, fw, fb = ft.asarray(x), ft.asarray(w), ft.asarray(b)
             for op in ("softmax", "layernorm"):
                 want = reference(op, hx, hw.astype(np.float64), hb.astype(np.float64))
                 best = None
                 for h, r in itertools.product(held, rpb):
-                    opts = dict(reduce_held=h, reduce_rows_per_block=r)
+                    opts: dict = dict(reduce_held=h)
+                    if r != 1:
+                        opts["reduce_rows_per_block"] = r
                     with ft.options(**opts):
                         if op == "softmax":
                             f = ft.jit(lambda t: ft.softmax(t))
