@@ -51,10 +51,15 @@ class Options:
     # CUDA: elements per thread of a row held in registers (a power of two). H200, softmax/layernorm
     # at (4096, 4096), jit: 32 -> 50.7/49.8 us float32, 38.7/35.2 float16; 16 -> 53.9/52.4, 52.3/48.1;
     # 8 -> 112/105, 112/109 (benchmarks/reductions.py under FUSETREE_REDUCE_HELD). 32 passed the
-    # reduction GPU tests (patterns, two-stage, wide access: aligned and misaligned rows) on the H200
+    # reduction GPU tests (patterns, two-stage, wide access: aligned and misaligned rows) on the H200.
+    # H100 after the kernels lost their row loop (stop 32, benchmarks/probe_reductions.py, device
+    # time per call): 32 -> 52.3/53.6 us float32 (91.9/89.7% of copy), 40.2/33.2 float16 (64.7/78.2%);
+    # 16 -> 64.1/64.4, 60.9/50.8; 8 -> 133/124, 127/120
     reduce_held: int = 32
     reduce_split: int = 0
-    # CUDA reduction launches: rows per block when a row takes a warp or more (1: a block per row)
+    # CUDA reduction launches: rows per block when a row takes a warp or more (1: a block per row).
+    # H100, held 32: 2 and 4 rows per block were slower at (4096, 4096) (softmax float32 62.9/74.0 us
+    # vs 52.3) and level within noise at (64, 128, 1024) and (128, 512): 1 stays
     reduce_rows_per_block: int = 1
     # queue whole-array stores of pending values and write them together at the next read or
     # ft.synchronize() (eager and ft.jit traces; off by default); see fusetree.engine.stores
