@@ -196,3 +196,36 @@ def test_float16_views_are_bound_without_retrying_a_failed_numba_compile(monkeyp
 def _np_softmax(x):
     e = np.exp(x - x.max(-1, keepdims=True))
     return e / e.sum(-1, keepdims=True)
+
+
+def test_the_first_kernel_freezes_the_long_lived_objects(tmp_path):
+    """After a backend's first kernel, the objects alive then (numba's compiler and registries) are
+    moved out of the collector's sight (gc.freeze), once (a second kernel freezes nothing more);
+    FUSETREE_GC_FREEZE=0 leaves the collector alone. Garbage made before the freeze is collected,
+    not frozen."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    code = (
+        "import gc, weakref, numpy as np, fusetree as ft\n"
+        "class C: pass\n"
+        "c = C(); c.me = c; r = weakref.ref(c); del c\n"  # cyclic garbage made before the first kernel
+        "x = ft.asarray(np.ones(8, np.float32))\n"
+        "before = gc.get_freeze_count()\n"
+        "(x * 2 + 1).numpy()\n"
+        "first = gc.get_freeze_count()\n"
+        "(ft.exp(x) - 3).numpy()\n"  # a second kernel: no second freeze
+        "print('FROZEN', before, int(first > 1000), int(gc.get_freeze_count() <= first), int(r() is None))\n"
+    )
+
+    def run(**env):
+        e = dict(os.environ, FUSETREE_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root), **env)
+        r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        return [int(v) for v in r.stdout.split("FROZEN")[1].split()]
+
+    assert run(FUSETREE_GC_FREEZE="1") == [0, 1, 1, 1]
+    assert run(FUSETREE_GC_FREEZE="0")[:2] == [0, 0]

@@ -6,6 +6,7 @@ bound (``options(max_cached_kernels=...)``) bounds what compiled code is held.
 
 from __future__ import annotations
 
+import gc
 import itertools
 from typing import Any
 
@@ -27,6 +28,8 @@ def launcher_for(be: Any, tag: str, spec: KernelSpec, user: tuple[dict, tuple] |
     launcher = _CACHE.get(key)
     if launcher is None:
         launcher = _compile(be, spec)
+        if be.target.name not in _FROZEN:
+            _freeze_long_lived(be.target.name)
         bound = config.current.max_cached_kernels
         while _CACHE and len(_CACHE) >= bound:  # bounded: evict the least recently used
             _evict(min(_CACHE, key=_recency))
@@ -37,6 +40,18 @@ def launcher_for(be: Any, tag: str, spec: KernelSpec, user: tuple[dict, tuple] |
     if user is not None:
         _USERS.setdefault(key, []).append(user)
     return launcher
+
+
+_FROZEN: set[str] = set()  # targets whose first kernel froze the objects alive then
+
+
+def _freeze_long_lived(target: str) -> None:
+    """Once per target, after its first kernel: collect, then freeze what is alive (the compiler
+    and its registries, just loaded) out of later collections (see ``config.GC_FREEZE``)."""
+    _FROZEN.add(target)
+    if config.GC_FREEZE:
+        gc.collect()
+        gc.freeze()
 
 
 def _recency(key: tuple) -> int:
