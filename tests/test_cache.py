@@ -98,12 +98,6 @@ def test_cpu_kernels_are_cached_on_disk_across_processes(tmp_path):
     """A fresh process loads a kernel compiled by an earlier one (numba's cached machine code in
     the fusetree cache directory): the same values, counted as disk hits; off with
     FUSETREE_CPU_DISK_CACHE=0."""
-    import os
-    import pathlib
-    import subprocess
-    import sys
-
-    root = pathlib.Path(__file__).resolve().parents[1]
     code = (
         "import numpy as np, fusetree as ft\n"
         "x = ft.asarray(np.linspace(-2, 2, 50, dtype=np.float32))\n"
@@ -113,10 +107,7 @@ def test_cpu_kernels_are_cached_on_disk_across_processes(tmp_path):
     )
 
     def run(**env):
-        e = dict(os.environ, FUSETREE_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root), **env)
-        r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        return [int(v) for v in r.stdout.split("HITS")[1].split()]
+        return _fresh_process(code, tmp_path, "HITS", **env)
 
     assert run() == [0, 1]
     assert run() == [1, 1]
@@ -203,12 +194,6 @@ def test_the_first_kernel_freezes_the_long_lived_objects(tmp_path):
     moved out of the collector's sight (gc.freeze), once (a second kernel freezes nothing more);
     FUSETREE_GC_FREEZE=0 leaves the collector alone. Garbage made before the freeze is collected,
     not frozen."""
-    import os
-    import pathlib
-    import subprocess
-    import sys
-
-    root = pathlib.Path(__file__).resolve().parents[1]
     code = (
         "import gc, weakref, numpy as np, fusetree as ft\n"
         "class C: pass\n"
@@ -221,11 +206,20 @@ def test_the_first_kernel_freezes_the_long_lived_objects(tmp_path):
         "print('FROZEN', before, int(first > 1000), int(gc.get_freeze_count() <= first), int(r() is None))\n"
     )
 
-    def run(**env):
-        e = dict(os.environ, FUSETREE_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root), **env)
-        r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        return [int(v) for v in r.stdout.split("FROZEN")[1].split()]
+    assert _fresh_process(code, tmp_path, "FROZEN", FUSETREE_GC_FREEZE="1") == [0, 1, 1, 1]
+    assert _fresh_process(code, tmp_path, "FROZEN", FUSETREE_GC_FREEZE="0")[:2] == [0, 0]
 
-    assert run(FUSETREE_GC_FREEZE="1") == [0, 1, 1, 1]
-    assert run(FUSETREE_GC_FREEZE="0")[:2] == [0, 0]
+
+def _fresh_process(code: str, tmp_path, tag: str, **env) -> list[int]:
+    """Run ``code`` in a fresh Python process (fusetree from this checkout, its disk cache in
+    ``tmp_path``); the integers it printed after ``tag``."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    e = dict(os.environ, FUSETREE_CACHE_DIR=str(tmp_path), PYTHONPATH=str(root), **env)
+    r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return [int(v) for v in r.stdout.split(tag)[1].split()]
