@@ -19,7 +19,7 @@ MAX_KERNEL_PARAMS = 480
 MAX_TREE_DEPTH = 128
 
 # Bumped whenever generated code changes meaning; part of every kernel key and disk-cache entry.
-CODEGEN_VERSION = 12
+CODEGEN_VERSION = 11
 
 
 def _env_flag(name: str, default: bool) -> bool:

@@ -324,44 +324,10 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
         refs = [a for j in ops_needed if spec.ops[j].op != "expand" for a in spec.ops[j].args] + extra
         return sorted({a[1] for a in refs if a[0] == "x" and lev.level[a] == "full"})
 
-    def held_tree(red: list[int]) -> None:
-        """The held elements' contribution to reductions ``red``, combined as a tree: each group's
-        ``width`` values pairwise, a group outside the row (its clamped copy) replaced by the
-        identity, then the groups pairwise; one combine into the accumulator. A chain of one
-        combine per element (32 held) kept the row's passes waiting on its latency (NaN-propagating
-        max: a compare, a NaN test and a select per element)."""
-        for j in red:
-            kind, _, acc = accs[j]
-            parts = []
-            for g in range(groups):
-                vals = []
-                for k in range(width):
-                    cur["s"], cur["J"] = f"_{g}_{k}", f"(c_{g} + {k})"
-                    vals.append(acc_value(j).replace("{s}", cur["s"]).replace("{J}", cur["J"]))
-                top = tree_combine(kind, vals, f"r{j}_{g}")
-                w(f"r{j}_{g} = {top} if ok_{g} else {identity_value(kind, acc)}")
-                parts.append(f"r{j}_{g}")
-            w(f"a{j} = {comb(kind, f'a{j}', tree_combine(kind, parts, f'r{j}'))}")
-
-    def tree_combine(kind: str, vals: list[str], prefix: str) -> str:
-        """Pairwise combines of ``vals`` (temporaries ``prefix_l<level>_<i>``): the last one's name."""
-        level = 0
-        while len(vals) > 1:
-            nxt = []
-            for i in range(0, len(vals) - 1, 2):
-                nxt.append(f"{prefix}_l{level}_{i // 2}")
-                w(f"{nxt[-1]} = {comb(kind, vals[i], vals[i + 1])}")
-            if len(vals) % 2:
-                nxt.append(vals[-1])
-            vals, level = nxt, level + 1
-        return vals[0]
-
-    red_now: list[int] = []  # the reductions of the phase being written (held_loop's tree)
-
     def held_loop(ops_needed: list[int], leaves_needed: list[int], body_after) -> None:  # type: ignore[no-untyped-def]
         """One phase over the held row: leaves not loaded yet are loaded (every thread, clamped
-        addresses), full ops not computed yet are computed, then the elements inside the row are
-        reduced (:func:`held_tree`; index reductions: ``body_after`` per element, in order)."""
+        addresses), full ops not computed yet are computed, then ``body_after`` runs for the
+        elements inside the row."""
         for g in range(groups):
             sfxs = [f"_{g}_{k}" for k in range(width)]
             for i in leaves_needed:
@@ -374,11 +340,7 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
                         emit_op(j)
         loaded.update(("x", i) for i in leaves_needed)
         loaded.update(("t", j) for j in ops_needed)
-        if body_after is None:
-            pass
-        elif not any(REDUCTIONS[accs[j][0]].index for j in red_now):
-            held_tree(red_now)
-        else:
+        if body_after is not None:
             for g in range(groups):
                 w(f"if ok_{g}:")
                 w.indent()
@@ -507,7 +469,6 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
 
             if cuda:
                 ops_needed = _cone(spec, lev, inputs)
-                red_now[:] = red
                 loop(ops_needed, full_leaves(ops_needed, inputs), update)
                 _group_combine(w, red, accs, comb, sim=target.name == "cuda-sim")
             else:
