@@ -93,7 +93,7 @@ def _from_env() -> Options:
 # imported modules (~140k objects on the CPU backend) then stay out of every later collection. A full
 # collection otherwise walked them each time the program's surviving objects grew by a quarter: an
 # eager AdamW step with deferred stores over 148 tensors (2-core VM) paid a 41 ms full collection
-# every ~10 steps (4.1 ms a step of 21.0) and took 15.0 ms a step with the freeze. Frozen objects
+# every ~10 steps (4.1 ms a step of 21.0) and took 17.0 ms a step with the freeze. Frozen objects
 # that later die in a reference cycle are not reclaimed (FUSETREE_GC_FREEZE=0 turns this off).
 GC_FREEZE = _env_flag("FUSETREE_GC_FREEZE", True)
 

@@ -28,8 +28,7 @@ def launcher_for(be: Any, tag: str, spec: KernelSpec, user: tuple[dict, tuple] |
     launcher = _CACHE.get(key)
     if launcher is None:
         launcher = _compile(be, spec)
-        if be.target.name not in _FROZEN:
-            _freeze_long_lived(be.target.name)
+        _freeze_long_lived(be.target.name)
         bound = config.current.max_cached_kernels
         while _CACHE and len(_CACHE) >= bound:  # bounded: evict the least recently used
             _evict(min(_CACHE, key=_recency))
@@ -48,6 +47,8 @@ _FROZEN: set[str] = set()  # targets whose first kernel froze the objects alive 
 def _freeze_long_lived(target: str) -> None:
     """Once per target, after its first kernel: collect, then freeze what is alive (the compiler
     and its registries, just loaded) out of later collections (see ``config.GC_FREEZE``)."""
+    if target in _FROZEN:
+        return
     _FROZEN.add(target)
     if config.GC_FREEZE:
         gc.collect()
