@@ -1,6 +1,7 @@
 """Launch shapes of the row-reduction kernels (softmax, layernorm) swept on the current GPU.
 
-Each variant is a set of options (``reduce_held``, ``reduce_rows_per_block``); each is timed as device time per call (CUDA events around a loop of
+Each variant is a set of options (``reduce_held``, ``reduce_rows_per_block``, ``reduce_remat``,
+``reduce_max_registers``); each is timed as device time per call (CUDA events around a loop of
 jitted calls, warm-up excluded, median of repeats) and compared with a device copy of the same
 bytes (read x, write y) timed the same way in the same run. Results are checked against NumPy.
 
@@ -63,10 +64,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--rows", default="1,2,4", help="reduce_rows_per_block values (1 alone for an older checkout)"
     )
+    p.add_argument("--remat", default="0", help="reduce_remat values (0,1; 0 alone for an older checkout)")
+    p.add_argument("--maxreg", default="0", help="reduce_max_registers values (0: ptxas chooses)")
     p.add_argument("--src", help="the checkout whose fusetree is timed (default: this one)")
     a = p.parse_args(argv)
     held = [int(v) for v in a.held.split(",")]
     rpb = [int(v) for v in a.rows.split(",")]
+    remat = [bool(int(v)) for v in a.remat.split(",")]
+    maxreg = [int(v) for v in a.maxreg.split(",")]
     print(f"fusetree from {os.path.dirname(ft.__file__)}")
     rng = np.random.default_rng(0)
     for shape_s in a.shapes.split(","):
@@ -85,10 +90,14 @@ def main(argv: list[str] | None = None) -> None:
             for op in ("softmax", "layernorm"):
                 want = reference(op, hx, hw.astype(np.float64), hb.astype(np.float64))
                 best = None
-                for h, r in itertools.product(held, rpb):
+                for h, r, rm, mr in itertools.product(held, rpb, remat, maxreg):
                     opts: dict = dict(reduce_held=h)
                     if r != 1:
                         opts["reduce_rows_per_block"] = r
+                    if rm:
+                        opts["reduce_remat"] = True
+                    if mr:
+                        opts["reduce_max_registers"] = mr
                     with ft.options(**opts):
                         if op == "softmax":
                             f = ft.jit(lambda t: ft.softmax(t))
@@ -100,7 +109,11 @@ def main(argv: list[str] | None = None) -> None:
                         err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
                         us = device_us(call)
                     pct = 100 * copy_us / us
-                    tag = f"held={h:2d} rows/block={r}"
+                    tag = (
+                        f"held={h:2d} rows/block={r}"
+                        + (" remat" if rm else "")
+                        + (f" maxreg={mr}" if mr else "")
+                    )
                     print(f"{op:9s} {tag}: {us:7.1f} us  {pct:5.1f}% of copy  err {err:.1e}", flush=True)
                     if best is None or us < best[0]:
                         best = (us, tag)

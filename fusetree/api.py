@@ -163,7 +163,8 @@ def explain(*arrays: Any, target: str | None = None) -> Explanation:
                 ex.gemms.append(_gemm_text(leaves[step.leaf]))
             elif isinstance(step, KernelStep):
                 spec = step.spec
-                src, _ = codegen.render(spec, tgt, unroll, opts.cuda_vector, opts.reduce_held, opts.cuda_tile)
+                src, _ = codegen.render(spec, tgt, unroll, opts.cuda_vector, opts.reduce_held, opts.cuda_tile,
+                                        opts.reduce_remat)  # fmt: skip
                 ptx = ptx_fn(spec, src)[0] if ptx_fn is not None else None
                 kshape = shape if step.geometry is None else step.geometry[1]
                 ex.kernels.append(KernelInfo(spec.name, spec.key_text, kshape, src, ptx, len(spec.outs),

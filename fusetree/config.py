@@ -19,7 +19,7 @@ MAX_KERNEL_PARAMS = 480
 MAX_TREE_DEPTH = 128
 
 # Bumped whenever generated code changes meaning; part of every kernel key and disk-cache entry.
-CODEGEN_VERSION = 11
+CODEGEN_VERSION = 12
 
 
 def _env_flag(name: str, default: bool) -> bool:
@@ -61,6 +61,13 @@ class Options:
     # H100, held 32: 2 and 4 rows per block were slower at (4096, 4096) (softmax float32 62.9/74.0 us
     # vs 52.3) and level within noise at (64, 128, 1024) and (128, 512): 1 stays
     reduce_rows_per_block: int = 1
+    # CUDA reductions holding rows in registers: phases after the first recompute their values from
+    # the held row (float16 held as packed pairs) instead of keeping the earlier phases' values
+    # live, and the cap on registers per thread of reduction kernels (ptxas .maxnreg; 0: ptxas
+    # chooses). ptxas -v, sm_90, (4096, 4096) softmax / layernorm, float32 and float16: 95/106/72/72
+    # registers without, 72/80/56/61 with recomputation. Not yet timed on a GPU: off by default
+    reduce_remat: bool = False
+    reduce_max_registers: int = 0
     # queue whole-array stores of pending values and write them together at the next read or
     # ft.synchronize() (eager and ft.jit traces; off by default); see fusetree.engine.stores
     defer_stores: bool = False
@@ -83,6 +90,8 @@ def _from_env() -> Options:
         reduce_held=int(os.environ.get("FUSETREE_REDUCE_HELD", 32)),
         reduce_split=int(os.environ.get("FUSETREE_REDUCE_SPLIT", 0)),
         reduce_rows_per_block=int(os.environ.get("FUSETREE_REDUCE_ROWS_PER_BLOCK", 1)),
+        reduce_remat=_env_flag("FUSETREE_REDUCE_REMAT", False),
+        reduce_max_registers=int(os.environ.get("FUSETREE_REDUCE_MAX_REGISTERS", 0)),
         defer_stores=_env_flag("FUSETREE_DEFER_STORES", False),
         device=os.environ.get("FUSETREE_DEVICE", "") or "cpu",
     )

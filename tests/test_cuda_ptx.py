@@ -246,3 +246,20 @@ def test_launch_plumbing_without_a_gpu(monkeypatch):
     calls.clear()
     be.launch_params(params)
     assert calls == [(5, 7, 1, 1, 64, 1, 1, 0, 1234, params.ptr, 0)]
+
+
+def test_reductions_recomputing_held_rows_compile_to_ptx():
+    """With ``reduce_remat`` a held row's later phases recompute from the held leaves (float16 kept
+    as packed pairs of one 16-byte load); ``reduce_max_registers`` caps ptxas's registers."""
+    x16 = ft.asarray(np.ones((8, 256), np.float16))
+    with ft.options(reduce_remat=True, reduce_max_registers=48):
+        (k,) = ft.explain(ft.softmax(x16, -1), target="cuda").kernels
+    assert "vld8w(in0" in k.source and "opaque(u0_0_0)" in k.source and "opaque(cl)" in k.source
+    assert "ld.global.v4.u32" in k.ptx and re.search(r"\)\s*\.maxnreg 48\s*\{", k.ptx), k.ptx[:3000]
+    (k,) = ft.explain(ft.softmax(x16, -1), target="cuda").kernels
+    assert "opaque(" not in k.source and ".maxnreg" not in k.ptx
+    x = ft.asarray(np.ones((8, 256), np.float32))
+    g = ft.asarray(np.ones(256, np.float32))
+    with ft.options(reduce_remat=True):
+        (k,) = ft.explain(ft.layer_norm(x, g, g), target="cuda").kernels
+    assert "x0_0_0 = opaque(x0_0_0)" in k.source and "st.global.v4.f32" in k.ptx

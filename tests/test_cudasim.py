@@ -70,6 +70,10 @@ if PART == "reductions":
         e = np.exp(xv[:, lo:lo + 16] - xv[:, lo:lo + 16].max(-1, keepdims=True))
         np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, err_msg=f"softmax view at {lo}")
         checked += 1
+    # held rows recomputed in each phase from the held leaves (float16 held as packed pairs)
+    with ft.options(reduce_remat=True):
+        checked += rc.check_patterns(D, rng, shape=(3, 16), dtypes=("float32", "float16"))
+        checked += rc.check_kinds(D, rng, [(3, 16)], ["float16"])
 if PART == "semantics":
     checked += semantics()
 if PART == "vector":

@@ -60,6 +60,7 @@ class Params(NamedTuple):
 
 _current_stream = cp.cuda.get_current_stream
 _ENTRY = re.compile(r"\.entry\s+([^\s(]+)")
+_PARAMS_END = re.compile(r"\)(?=\s*\{)")  # the end of an entry's parameter list
 
 
 def numba_type(dt: np.dtype) -> Any:
@@ -122,6 +123,9 @@ def compile_ptx(spec: Any, source: str, cc: tuple[int, int] = (9, 0)) -> tuple[s
     m = _ENTRY.search(ptx)
     if m is None:
         raise CompileError(f"kernel {spec.name}: no .entry in the generated PTX")
+    cap = config.current.reduce_max_registers
+    if cap and spec.frame is not None:  # ptxas's register cap for reduction kernels (the option)
+        ptx = ptx[: m.end()] + _PARAMS_END.sub(f") .maxnreg {cap}", ptx[m.end() :], count=1)
     return ptx, m.group(1), fmt
 
 
@@ -276,7 +280,8 @@ class CUDABackend(Backend):
 
     def cache_tag(self) -> str:
         o = config.current
-        return f"cuda/u{o.cuda_unroll}v{int(o.cuda_vector)}h{o.reduce_held}t{o.cuda_tile}"
+        return (f"cuda/u{o.cuda_unroll}v{int(o.cuda_vector)}h{o.reduce_held}t{o.cuda_tile}"
+                f"r{int(o.reduce_remat)}m{o.reduce_max_registers}")  # fmt: skip
 
     def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> Any:
         try:

@@ -55,7 +55,7 @@ class SimBackend(Backend):
         from .. import config
 
         o = config.current
-        return f"cuda-sim/u{o.cuda_unroll}v{int(o.cuda_vector)}h{o.reduce_held}t{o.cuda_tile}"
+        return f"cuda-sim/u{o.cuda_unroll}v{int(o.cuda_vector)}h{o.reduce_held}t{o.cuda_tile}r{int(o.reduce_remat)}"
 
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
         ns = dict(self.ns)

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 WIDTHS = (2, 4, 8)
 
 # NVPTX splits a 16-byte load of 8 halves into two 8-byte ones: those go through inline PTX
@@ -113,7 +115,55 @@ def cuda_namespace() -> dict[str, Any]:
 
         return sig, codegen
 
-    ns: dict[str, Any] = {"addr": addr}
+    @intrinsic
+    def opaque(typingctx, x):  # type: ignore[no-untyped-def]
+        sig = x(x)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            lt = context.get_value_type(signature.args[0])
+            bits = context.get_abi_sizeof(lt) * 8
+            it = ir.IntType(bits)
+            kind = {16: "h", 32: "r", 64: "l"}[bits]
+            fn = ir.FunctionType(it, [it])
+            asm = ir.InlineAsm(fn, f"mov.b{bits} $0, $1;", f"={kind},{kind}", side_effect=True)
+            return builder.bitcast(builder.call(asm, [builder.bitcast(args[0], it)]), lt)
+
+        return sig, codegen
+
+    @intrinsic
+    def vld8w(typingctx, ptr, idx):  # type: ignore[no-untyped-def]
+        """8 halves at ``ptr + idx`` as 4 uint32 words (two halves each, the first in the low bits)."""
+        sig = types.UniTuple(types.uint32, 4)(ptr, idx)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            p, i = args
+            i32 = ir.IntType(32)
+            q = builder.gep(p, [i])
+            fn = ir.FunctionType(ir.LiteralStructType([i32] * 4), [q.type])
+            words = builder.call(ir.InlineAsm(fn, _LD16, "=r,=r,=r,=r,l", side_effect=False), [q])
+            elems = [builder.extract_value(words, k) for k in range(4)]
+            return context.make_tuple(builder, signature.return_type, elems)
+
+        return sig, codegen
+
+    @intrinsic
+    def half_of(typingctx, word, k):  # type: ignore[no-untyped-def]
+        """Half ``k`` (a literal 0 or 1) of a uint32 word, as float32."""
+        if not isinstance(k, types.IntegerLiteral):
+            return None
+        sig = types.float32(word, k)
+        hi = k.literal_value
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            v = args[0]
+            if hi:
+                v = builder.lshr(v, ir.Constant(ir.IntType(32), 16))
+            h = builder.bitcast(builder.trunc(v, ir.IntType(16)), ir.HalfType())
+            return builder.fpext(h, ir.FloatType())
+
+        return sig, codegen
+
+    ns: dict[str, Any] = {"addr": addr, "opaque": opaque, "vld8w": vld8w, "half_of": half_of}
     for n in WIDTHS:
         ns[f"vld{n}"] = vld(n)
         ns[f"vst{n}"] = vst(n)
@@ -126,7 +176,13 @@ def sim_namespace() -> dict[str, Any]:
     def addr(a):  # type: ignore[no-untyped-def]
         return a.__array_interface__["data"][0]
 
-    ns: dict[str, Any] = {"addr": addr}
+    def vld8w(a, i):  # type: ignore[no-untyped-def]
+        return tuple((a[i + 2 * k], a[i + 2 * k + 1]) for k in range(4))  # "words": pairs of halves
+
+    def half_of(word, k):  # type: ignore[no-untyped-def]
+        return np.float32(word[k])
+
+    ns: dict[str, Any] = {"addr": addr, "opaque": lambda x: x, "vld8w": vld8w, "half_of": half_of}
     for n in WIDTHS:
 
         def load(a, i, n=n):  # type: ignore[no-untyped-def]

@@ -13,11 +13,12 @@ from .common import Target
 
 
 def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True,
-           held: int = 16, tile: int = 32) -> tuple[str, list[str]]:  # fmt: skip
+           held: int = 16, tile: int = 32, remat: bool = False) -> tuple[str, list[str]]:  # fmt: skip
     """Source of ``spec`` for ``target`` and its parameter names (see :mod:`.abi`); ``unroll``,
-    ``vector`` and ``tile``: see :func:`.elementwise.render`; ``held``: :func:`.frame.render`."""
+    ``vector`` and ``tile``: see :func:`.elementwise.render`; ``held`` and ``remat``:
+    :func:`.frame.render`."""
     if spec.frame is not None:
-        return frame.render(spec, target, held)
+        return frame.render(spec, target, held, remat)
     if spec.horizontal:
         return horizontal.render(spec, target, vector)
     return elementwise.render(spec, target, unroll, vector, tile)

@@ -100,10 +100,12 @@ def _cone_until(
     return sorted(need), boundary
 
 
-def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[str]]:
+def render(spec: KernelSpec, target: Target, held: int = 16, remat: bool = False) -> tuple[str, list[str]]:
     """Source of reduction kernel ``spec`` for ``target`` and its parameter names. ``held``: CUDA
     elements per thread of a row held in registers (the host picks threads per row as
-    ``pow2_at_least(row length / held)``, so rows up to ``held * 1024`` elements are held)."""
+    ``pow2_at_least(row length / held)``, so rows up to ``held * 1024`` elements are held).
+    ``remat``: phases after the first recompute their values from the held leaves (kept as loaded:
+    float16 as packed pairs) instead of keeping every value of earlier phases live."""
     assert spec.frame is not None
     axes, partial, unit = spec.frame
     # CPU: every full array has unit stride along the one reduced axis (schedule.planner)
@@ -324,30 +326,73 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
         refs = [a for j in ops_needed if spec.ops[j].op != "expand" for a in spec.ops[j].args] + extra
         return sorted({a[1] for a in refs if a[0] == "x" and lev.level[a] == "full"})
 
-    def held_loop(ops_needed: list[int], leaves_needed: list[int], body_after) -> None:  # type: ignore[no-untyped-def]
+    def group_position(g: int, base: str) -> None:
+        """Group ``g``'s first element ``c_g`` in the held row and whether it is inside the row."""
+        w(f"c_{g} = {base} + {g} * tpr * {width}")
+        w(f"ok_{g} = act and c_{g} < hi")
+        w(f"c_{g} = min(c_{g}, hi - {width})")  # every thread loads inside the row
+
+    def held_loop(ops_needed: list[int], leaves_needed: list[int], body_after, group_after=None) -> None:  # type: ignore[no-untyped-def]
         """One phase over the held row: leaves not loaded yet are loaded (every thread, clamped
         addresses), full ops not computed yet are computed, then ``body_after`` runs for the
-        elements inside the row."""
-        for g in range(groups):
-            sfxs = [f"_{g}_{k}" for k in range(width)]
-            for i in leaves_needed:
-                if ("x", i) not in loaded:
-                    wide_load(w, target, i, spec.leaves[i].dtype, sfxs, width, f"in{i}_w + c_{g}")
-            for k, sf in enumerate(sfxs):
-                cur["s"], cur["J"] = sf, f"(c_{g} + {k})"
-                for j in ops_needed:
-                    if ("t", j) not in loaded:
-                        emit_op(j)
-        loaded.update(("x", i) for i in leaves_needed)
-        loaded.update(("t", j) for j in ops_needed)
-        if body_after is not None:
-            for g in range(groups):
+        elements inside the row (and ``group_after(g)`` after each group of ``width``)."""
+        # with ``remat``, a phase after the first recomputes its ops (and each group's position)
+        # from the held leaves, one group at a time: only the leaves stay live across the row
+        # exchanges (``opaque`` hides the recomputation from LLVM's value numbering, which would
+        # otherwise reuse the first phase's values and keep them live)
+        recompute = remat and any(("x", i) in loaded for i in leaves_needed)
+
+        def after(g: int) -> None:
+            if body_after is not None:
                 w(f"if ok_{g}:")
                 w.indent()
                 for k in range(width):
                     cur["s"], cur["J"] = f"_{g}_{k}", f"(c_{g} + {k})"
                     body_after()
                 w.dedent()
+            if group_after is not None:
+                group_after(g)
+
+        for g in range(groups):
+            sfxs = [f"_{g}_{k}" for k in range(width)]
+            if recompute:
+                group_position(g, "opaque(cl)")
+            for i in leaves_needed:
+                dt = spec.leaves[i].dtype
+                packed = remat and dt == np.float16 and width == 8  # halves held as uint32 pairs
+                if ("x", i) not in loaded:
+                    if packed:
+                        words = [f"u{i}_{g}_{m}" for m in range(4)]
+                        w(f"{', '.join(words)} = vld8w(in{i}, in{i}_w + c_{g})")
+                        for k, sf in enumerate(sfxs):
+                            w(f"x{i}{sf} = half_of({words[k // 2]}, {k % 2})")
+                    else:
+                        wide_load(w, target, i, dt, sfxs, width, f"in{i}_w + c_{g}")
+                elif recompute:
+                    direct = target.load("v", dt) == "v"
+                    if packed:
+                        for m in range(4):
+                            w(f"u{i}_{g}_{m} = opaque(u{i}_{g}_{m})")
+                        for k, sf in enumerate(sfxs):
+                            w(f"x{i}{sf} = half_of(u{i}_{g}_{k // 2}, {k % 2})")
+                        continue
+                    for sf in sfxs:
+                        if direct:
+                            w(f"x{i}{sf} = opaque(x{i}{sf})")
+                        else:
+                            w(f"x{i}{sf} = {target.load(f'opaque(v{i}{sf})', dt)}")
+            for k, sf in enumerate(sfxs):
+                cur["s"], cur["J"] = sf, f"(c_{g} + {k})"
+                for j in ops_needed:
+                    if recompute or ("t", j) not in loaded:
+                        emit_op(j)
+            if recompute:
+                after(g)
+        loaded.update(("x", i) for i in leaves_needed)
+        loaded.update(("t", j) for j in ops_needed)
+        if not recompute:
+            for g in range(groups):
+                after(g)
         cur["s"], cur["J"] = "", "j"
 
     def use_buffers(p: int) -> None:
@@ -440,10 +485,9 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
     def emit_all(in_registers: bool) -> None:
         loop = held_loop if in_registers else element_loop
         if in_registers:
+            w(f"cl = lo + lane * {width}")
             for g in range(groups):
-                w(f"c_{g} = lo + (lane + {g} * tpr) * {width}")
-                w(f"ok_{g} = act and c_{g} < hi")
-                w(f"c_{g} = min(c_{g}, hi - {width})")  # every thread loads inside the row
+                group_position(g, "cl")
         emit_row_ops(0)
         for phase in range(1, lev.phases + 1):
             red = [j for j in accs if lev.ready[("t", j)] == phase]
@@ -507,8 +551,8 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
                 else:
                     element_loop(ops_needed, full_leaves(ops_needed, refs), store, outs=True)
             else:  # wide stores of the held elements
-                held_loop(ops_needed, full_leaves(ops_needed, refs), None)
-                for g in range(groups):
+
+                def wide_store(g: int) -> None:
                     w(f"if ok_{g}:")
                     w.indent()
                     for k in full_outs:
@@ -517,6 +561,8 @@ def render(spec: KernelSpec, target: Target, held: int = 16) -> tuple[str, list[
                                                       out.dtype) for e in range(width))  # fmt: skip
                         w(f"vst{width}(out{k}, out{k}_w + c_{g}, ({vals}))")
                     w.dedent()
+
+                held_loop(ops_needed, full_leaves(ops_needed, refs), None, wide_store)
         row_outs = [k for k, o in enumerate(spec.outs) if o.layout != "full"]
         if row_outs:
             guard = "act and lane == 0" if cuda else ""

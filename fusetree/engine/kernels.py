@@ -71,7 +71,7 @@ def _compile(be: Any, spec: KernelSpec) -> Any:
     unroll = config.current.cuda_unroll if be.target.cuda else 1
     opts = config.current
     source, params = codegen.render(
-        spec, be.target, unroll, opts.cuda_vector, opts.reduce_held, opts.cuda_tile
+        spec, be.target, unroll, opts.cuda_vector, opts.reduce_held, opts.cuda_tile, opts.reduce_remat
     )
     if config.current.debug:
         print(source)
