@@ -326,9 +326,10 @@ def render(spec: KernelSpec, target: Target, held: int = 16, remat: bool = False
         refs = [a for j in ops_needed if spec.ops[j].op != "expand" for a in spec.ops[j].args] + extra
         return sorted({a[1] for a in refs if a[0] == "x" and lev.level[a] == "full"})
 
-    def group_position(g: int, base: str) -> None:
-        """Group ``g``'s first element ``c_g`` in the held row and whether it is inside the row."""
-        w(f"c_{g} = {base} + {g} * tpr * {width}")
+    def group_position(g: int, base: str | None) -> None:
+        """Group ``g``'s first element ``c_g`` in the held row (from the thread's first, ``base``)
+        and whether it is inside the row."""
+        w(f"c_{g} = {base} + {g} * tpr * {width}" if base else f"c_{g} = lo + (lane + {g} * tpr) * {width}")
         w(f"ok_{g} = act and c_{g} < hi")
         w(f"c_{g} = min(c_{g}, hi - {width})")  # every thread loads inside the row
 
@@ -485,9 +486,10 @@ def render(spec: KernelSpec, target: Target, held: int = 16, remat: bool = False
     def emit_all(in_registers: bool) -> None:
         loop = held_loop if in_registers else element_loop
         if in_registers:
-            w(f"cl = lo + lane * {width}")
+            if remat:
+                w(f"cl = lo + lane * {width}")
             for g in range(groups):
-                group_position(g, "cl")
+                group_position(g, "cl" if remat else None)
         emit_row_ops(0)
         for phase in range(1, lev.phases + 1):
             red = [j for j in accs if lev.ready[("t", j)] == phase]
