@@ -331,6 +331,19 @@ def test_reduction_patterns_on_gpu(threads, rows, rng):
         assert rc.check_special("cuda", rng) > 0
 
 
+@pytest.mark.parametrize("maxreg", [0, 48])
+def test_reductions_recomputing_held_rows_on_gpu(maxreg, rng):
+    """Held rows recomputed per pass (``reduce_remat``; float16 held as packed pairs), with ptxas's
+    own register count and capped at 48 (spilling): every pattern along both axes, rows of one
+    thread to several warps, every kind in float16."""
+    import reduce_cases as rc
+
+    with ft.options(reduce_remat=True, reduce_max_registers=maxreg):
+        assert rc.check_patterns("cuda", rng, shape=(6, 40)) == 48
+        assert rc.check_patterns("cuda", rng, shape=(8, 4096), dtypes=("float32", "float16")) == 32
+        assert rc.check_kinds("cuda", rng, [(5, 64)], ["float16"]) > 0
+
+
 def test_large_reductions_and_two_stage_on_gpu(rng):
     import cupy as cp
     import reduce_cases as rc
