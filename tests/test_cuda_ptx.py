@@ -263,3 +263,13 @@ def test_reductions_recomputing_held_rows_compile_to_ptx():
     with ft.options(reduce_remat=True):
         (k,) = ft.explain(ft.layer_norm(x, g, g), target="cuda").kernels
     assert "x0_0_0 = opaque(x0_0_0)" in k.source and "st.global.v4.f32" in k.ptx
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "uint16", "float16", "float32", "float64"])
+def test_recomputed_held_rows_compile_for_every_width(dtype):
+    """``opaque`` (the recomputation's barrier to value numbering) takes 1- to 8-byte values."""
+    x = ft.asarray(np.ones((8, 256), dtype))
+    e = ft.logical_and(x, x.any(-1, keepdims=True)) if dtype == "bool" else x - x.max(-1, keepdims=True)
+    with ft.options(reduce_remat=True):
+        (k,) = ft.explain(e, target="cuda").kernels
+    assert "opaque(" in k.source and "mov.b" in k.ptx

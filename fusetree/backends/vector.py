@@ -117,16 +117,28 @@ def cuda_namespace() -> dict[str, Any]:
 
     @intrinsic
     def opaque(typingctx, x):  # type: ignore[no-untyped-def]
+        """``x`` through a side-effecting ``mov``: a value LLVM cannot prove equal to ``x``, so
+        expressions of it are recomputed, not merged with the same expressions of ``x``."""
         sig = x(x)
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             lt = context.get_value_type(signature.args[0])
-            bits = context.get_abi_sizeof(lt) * 8
-            it = ir.IntType(bits)
-            kind = {16: "h", 32: "r", 64: "l"}[bits]
-            fn = ir.FunctionType(it, [it])
-            asm = ir.InlineAsm(fn, f"mov.b{bits} $0, $1;", f"={kind},{kind}", side_effect=True)
-            return builder.bitcast(builder.call(asm, [builder.bitcast(args[0], it)]), lt)
+            is_int = isinstance(lt, ir.IntType)  # (bool is i1, int8 i8)
+            bits = lt.width if is_int else context.get_abi_sizeof(lt) * 8
+            if bits > 64:
+                return args[0]
+            v = args[0] if is_int else builder.bitcast(args[0], ir.IntType(bits))
+            wide = max(bits, 16)  # PTX moves 16, 32 or 64 bits
+            if wide != bits:
+                v = builder.zext(v, ir.IntType(wide))
+            kind = {16: "h", 32: "r", 64: "l"}[wide]
+            fn = ir.FunctionType(ir.IntType(wide), [ir.IntType(wide)])
+            v = builder.call(
+                ir.InlineAsm(fn, f"mov.b{wide} $0, $1;", f"={kind},{kind}", side_effect=True), [v]
+            )
+            if wide != bits:
+                v = builder.trunc(v, ir.IntType(bits))
+            return v if is_int else builder.bitcast(v, lt)
 
         return sig, codegen
 
