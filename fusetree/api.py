@@ -153,7 +153,6 @@ def explain(*arrays: Any, target: str | None = None) -> Explanation:
         paths = [(i, ()) for i in range(len(roots))] + [(e.root, e.path) for e in extras]
         leaves = merge_leaves(tuple(roots))[0]
         opts = config.current
-        unroll = opts.cuda_unroll if tgt.cuda else 1
         ptarget = planner.PlanTarget(tname, f"{tname}/explain", opts.max_kernel_params, be.frame_chunks,
                                      lambda spec: abi.count(spec, tname))  # fmt: skip
         plan = planner.plan(roots, paths, ["C"] * len(paths), leaves, shape, ptarget)
@@ -163,8 +162,7 @@ def explain(*arrays: Any, target: str | None = None) -> Explanation:
                 ex.gemms.append(_gemm_text(leaves[step.leaf]))
             elif isinstance(step, KernelStep):
                 spec = step.spec
-                src, _ = codegen.render(spec, tgt, unroll, opts.cuda_vector, opts.reduce_held, opts.cuda_tile,
-                                        opts.reduce_remat)  # fmt: skip
+                src, _ = codegen.render(spec, tgt, opts)
                 ptx = ptx_fn(spec, src)[0] if ptx_fn is not None else None
                 kshape = shape if step.geometry is None else step.geometry[1]
                 ex.kernels.append(KernelInfo(spec.name, spec.key_text, kshape, src, ptx, len(spec.outs),

@@ -7,21 +7,24 @@ The backends compile the source (numba ``njit`` on the CPU, ``numba.cuda.compile
 
 from __future__ import annotations
 
+from .. import config
 from ..schedule.spec import KernelSpec
 from . import abi, elementwise, frame, horizontal
 from .common import Target
 
 
-def render(spec: KernelSpec, target: Target, unroll: int = 1, vector: bool = True,
-           held: int = 16, tile: int = 32, remat: bool = False) -> tuple[str, list[str]]:  # fmt: skip
-    """Source of ``spec`` for ``target`` and its parameter names (see :mod:`.abi`); ``unroll``,
-    ``vector`` and ``tile``: see :func:`.elementwise.render`; ``held`` and ``remat``:
-    :func:`.frame.render`."""
+def render(spec: KernelSpec, target: Target, opts: config.Options | None = None) -> tuple[str, list[str]]:
+    """Source of ``spec`` for ``target`` and its parameter names (see :mod:`.abi`), under the
+    code-shaping options ``opts`` (default: the current ones): ``cuda_unroll``, ``cuda_vector`` and
+    ``cuda_tile`` (:func:`.elementwise.render`), ``reduce_held`` and ``reduce_remat``
+    (:func:`.frame.render`)."""
+    o = config.current if opts is None else opts
     if spec.frame is not None:
-        return frame.render(spec, target, held, remat)
+        return frame.render(spec, target, o.reduce_held, o.reduce_remat)
     if spec.horizontal:
-        return horizontal.render(spec, target, vector)
-    return elementwise.render(spec, target, unroll, vector, tile)
+        return horizontal.render(spec, target, o.cuda_vector)
+    unroll = o.cuda_unroll if target.cuda else 1
+    return elementwise.render(spec, target, unroll, o.cuda_vector, o.cuda_tile)
 
 
 __all__ = ["Target", "abi", "render"]

@@ -68,11 +68,7 @@ def _evict(key: tuple) -> None:
 
 
 def _compile(be: Any, spec: KernelSpec) -> Any:
-    unroll = config.current.cuda_unroll if be.target.cuda else 1
-    opts = config.current
-    source, params = codegen.render(
-        spec, be.target, unroll, opts.cuda_vector, opts.reduce_held, opts.cuda_tile, opts.reduce_remat
-    )
+    source, params = codegen.render(spec, be.target, config.current)
     if config.current.debug:
         print(source)
     try:
