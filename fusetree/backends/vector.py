@@ -42,6 +42,13 @@ def cuda_namespace() -> dict[str, Any]:
     from numba import types
     from numba.core.extending import intrinsic
 
+    def words16(builder, ptr):  # type: ignore[no-untyped-def]
+        """The 16 bytes at ``ptr`` as 4 i32 values, through one inline ``ld.global.v4.u32``."""
+        i32 = ir.IntType(32)
+        fn = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
+        words = builder.call(ir.InlineAsm(fn, _LD16, "=r,=r,=r,=r,l", side_effect=False), [ptr])
+        return [builder.extract_value(words, w) for w in range(4)]
+
     def vld(n: int) -> Any:
         @intrinsic
         def load(typingctx, ptr, idx):  # type: ignore[no-untyped-def]
@@ -54,15 +61,13 @@ def cuda_namespace() -> dict[str, Any]:
                 nbytes = n * context.get_abi_sizeof(lt)
                 ptr = builder.gep(p, [i])
                 if nbytes == 16 and n > 4:  # 8 float16 / bool bytes: one ld.global.v4.u32
-                    i32 = ir.IntType(32)
-                    fn = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
-                    asm = ir.InlineAsm(fn, _LD16, "=r,=r,=r,=r,l", side_effect=False)
-                    words = builder.call(asm, [ptr])
                     per = n // 4
                     elems = []
-                    for w in range(4):
-                        part = builder.bitcast(builder.extract_value(words, w), ir.VectorType(lt, per))
-                        elems += [builder.extract_element(part, ir.Constant(i32, k)) for k in range(per)]
+                    for word in words16(builder, ptr):
+                        part = builder.bitcast(word, ir.VectorType(lt, per))
+                        elems += [
+                            builder.extract_element(part, ir.Constant(ir.IntType(32), k)) for k in range(per)
+                        ]
                     return context.make_tuple(builder, sig.return_type, elems)
                 iv = _int_vector(ir, nbytes)
                 raw = builder.load(builder.bitcast(ptr, iv.as_pointer()), align=nbytes)
@@ -149,12 +154,7 @@ def cuda_namespace() -> dict[str, Any]:
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             p, i = args
-            i32 = ir.IntType(32)
-            q = builder.gep(p, [i])
-            fn = ir.FunctionType(ir.LiteralStructType([i32] * 4), [q.type])
-            words = builder.call(ir.InlineAsm(fn, _LD16, "=r,=r,=r,=r,l", side_effect=False), [q])
-            elems = [builder.extract_value(words, k) for k in range(4)]
-            return context.make_tuple(builder, signature.return_type, elems)
+            return context.make_tuple(builder, signature.return_type, words16(builder, builder.gep(p, [i])))
 
         return sig, codegen
 

@@ -360,28 +360,26 @@ def render(spec: KernelSpec, target: Target, held: int = 16, remat: bool = False
                 group_position(g, "opaque(cl)")
             for i in leaves_needed:
                 dt = spec.leaves[i].dtype
-                packed = remat and dt == np.float16 and width == 8  # halves held as uint32 pairs
-                if ("x", i) not in loaded:
-                    if packed:
-                        words = [f"u{i}_{g}_{m}" for m in range(4)]
+                first = ("x", i) not in loaded
+                if not (first or recompute):
+                    continue
+                if remat and dt == np.float16 and width == 8:  # halves held as uint32 pairs
+                    words = [f"u{i}_{g}_{m}" for m in range(4)]
+                    if first:
                         w(f"{', '.join(words)} = vld8w(in{i}, in{i}_w + c_{g})")
-                        for k, sf in enumerate(sfxs):
-                            w(f"x{i}{sf} = half_of({words[k // 2]}, {k % 2})")
                     else:
-                        wide_load(w, target, i, dt, sfxs, width, f"in{i}_w + c_{g}")
-                elif recompute:
-                    direct = target.load("v", dt) == "v"
-                    if packed:
-                        for m in range(4):
-                            w(f"u{i}_{g}_{m} = opaque(u{i}_{g}_{m})")
-                        for k, sf in enumerate(sfxs):
-                            w(f"x{i}{sf} = half_of(u{i}_{g}_{k // 2}, {k % 2})")
-                        continue
+                        for u in words:
+                            w(f"{u} = opaque({u})")
+                    for k, sf in enumerate(sfxs):
+                        w(f"x{i}{sf} = half_of({words[k // 2]}, {k % 2})")
+                elif first:
+                    wide_load(w, target, i, dt, sfxs, width, f"in{i}_w + c_{g}")
+                elif target.load("v", dt) == "v":  # held as loaded
                     for sf in sfxs:
-                        if direct:
-                            w(f"x{i}{sf} = opaque(x{i}{sf})")
-                        else:
-                            w(f"x{i}{sf} = {target.load(f'opaque(v{i}{sf})', dt)}")
+                        w(f"x{i}{sf} = opaque(x{i}{sf})")
+                else:  # held as loaded (v), converted where used
+                    for sf in sfxs:
+                        w(f"x{i}{sf} = {target.load(f'opaque(v{i}{sf})', dt)}")
             for k, sf in enumerate(sfxs):
                 cur["s"], cur["J"] = sf, f"(c_{g} + {k})"
                 for j in ops_needed:
