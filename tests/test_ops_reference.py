@@ -209,4 +209,9 @@ def test_signed_zero_and_nan_ties():
         got = ft.FUNCTIONS_BY_NAME[name](ft.asarray(a), ft.asarray(b)).numpy()
         want = np_ref(name, a, b)
         np.testing.assert_array_equal(got, want)
-        assert (np.signbit(got) == np.signbit(want)).all(), name
+        # +0 against -0 is a tie whose sign IEEE 754 leaves open, and NumPy's answer depends on
+        # its code path (fmax: -0 from the SIMD array loop on some CPUs, +0 from the scalar one):
+        # either sign there; everywhere else (-0 with -0, NaNs, numbers) the sign must match
+        tie = (a == 0) & (b == 0) & (np.signbit(a) != np.signbit(b))
+        assert (np.signbit(got) == np.signbit(want))[~tie].all(), name
+        assert ((got == 0) | ~tie).all(), name
