@@ -60,6 +60,9 @@ print(ft.explain(ft.exp(ft.asarray(cp.ones(4, cp.float32))) + 1).kernels[0].sour
     redheld) for h in 8 16 32; do FUSETREE_REDUCE_HELD=$h LIMIT=120 TAILN=12 run redheld_$h python3 benchmarks/reductions.py --device cuda --shapes 4096x4096,64x128x1024; done;;
     # launch shapes of the row reductions at (4096, 4096): held elements x rows per block
     probered) LIMIT=${PROBE_LIMIT:-300} TAILN=80 run probe_reductions python3 benchmarks/probe_reductions.py ${PROBE_ARGS:-};;
+    # the reduction kernels under Nsight Compute (occupancy, stall reasons), torch's and a copy beside them
+    ncured) echo "=== ncured"; timeout ${NCU_LIMIT:-150} ncu --clock-control none --profile-from-start off --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats python3 benchmarks/ncu_reductions.py > "$OUT/ncu_reductions.txt" 2>&1; echo "[ncured rc=$?]"
+      grep -E "launch:|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Memory Throughput|DRAM Throughput|Block Limit Reg|Warp Cycles Per Issued|No Eligible|Active Warps Per" "$OUT/ncu_reductions.txt" | head -120;;
     reductions) LIMIT=400 TAILN=70 run reductions python3 benchmarks/reductions.py --device cuda --json "$OUT/reductions_gpu.json";;
     fuzz) LIMIT=${FUZZ_LIMIT:-300} TAILN=15 run fuzz python3 benchmarks/fuzz.py --device cuda --n ${FUZZ_N:-2000} --jobs ${FUZZ_JOBS:-12};;
     lstmseq) LIMIT=${SEQ_LIMIT:-300} TAILN=40 run lstmseq python3 benchmarks/lstm.py --device cuda --configs 64x512,128x512 --modes fusetree,fusetree-jit,fusetree-graph,cupy-handwritten,torch-lstmcell,torch-compile --json "$OUT/lstm_seq_gpu.json";;
