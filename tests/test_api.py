@@ -186,3 +186,41 @@ def test_too_many_inputs_are_split(rng):
     for x in xs[1:]:
         want = want + x[::-1] * 1.5
     np.testing.assert_allclose(got, want)
+
+
+def test_reductions_over_too_many_inputs_are_split(rng):
+    """A reduction kernel whose tree has more leaves than one kernel takes (views of pending values
+    multiply them) computes its largest elementwise part into a temporary first (an error before:
+    fuzzer seed 351464); with a live value inside, each output is planned on its own."""
+    xs = [rng.standard_normal((3, 5)) for _ in range(40)]
+    acc = ft.asarray(xs[0])
+    want = xs[0].copy()
+    for x in xs[1:]:
+        acc = acc + ft.asarray(x)[::-1] * 1.5
+        want = want + x[::-1] * 1.5
+    with ft.options(max_kernel_params=60):
+        ft.reset_stats()
+        s = ft.sum(ft.exp(acc * 0.1) * acc, axis=1)  # one frame kernel over 40 leaves before
+        sm = ft.softmax(acc, axis=-1)
+        live = acc * 2.0  # a live value inside the next tree: an extra output
+        m = ft.max(live - 1.0, axis=0, keepdims=True) + live
+        got_s, got_sm, got_m, got_live = s.numpy(), sm.numpy(), m.numpy(), live.numpy()
+        assert ft.stats()["kernels"] > 4
+    np.testing.assert_allclose(got_s, np.sum(np.exp(want * 0.1) * want, axis=1), rtol=1e-12)
+    e = np.exp(want - want.max(-1, keepdims=True))
+    np.testing.assert_allclose(got_sm, e / e.sum(-1, keepdims=True), rtol=1e-12)
+    np.testing.assert_allclose(
+        got_m, np.max(want * 2.0 - 1.0, axis=0, keepdims=True) + want * 2.0, rtol=1e-12
+    )
+    np.testing.assert_allclose(got_live, want * 2.0, rtol=1e-12)
+
+
+def test_a_reduction_with_no_part_to_split_names_the_limit(rng):
+    """A reduction that does not fit a kernel with nothing left to compute first (one input, a
+    parameter limit below what it needs): a clear error naming the inputs and the limit."""
+    x = ft.asarray(rng.standard_normal((2, 3)))
+    with (
+        ft.options(max_kernel_params=4),
+        pytest.raises(ft.ShapeError, match=r"over 1 input needs \d+ parameters \(at most 4\)"),
+    ):
+        ft.sum(x, axis=1).numpy()

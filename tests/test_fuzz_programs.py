@@ -25,6 +25,7 @@ REGRESSIONS = {
     7269: "deferred: a store to memory another queued store targets was queued with a stale value",
     24102: "deferred: a value of scalars (no device) stored into a GPU array ran a CPU kernel",
     24472: "deferred: a reduction reading a target in the same flush ran after the store's kernel",
+    351464: "a reduction over views of pending values had more inputs than a kernel takes (an error)",
 }
 
 

@@ -4,7 +4,8 @@ The partition: values of one shape and device realized together share one kernel
 outputs, every elementwise node of their trees inside it (plus the live pending values inside the
 trees: the engine passes them as extra output paths). A pending GEMM leaf becomes a GEMM step before
 the kernel. A kernel whose parameters would pass ``max_params`` (CUDA's 4 KB parameter space) is
-split: its largest subtree is computed into a temporary first.
+split: its largest subtree (for a reduction kernel: its largest elementwise part) is computed into
+a temporary first.
 
 Trees with reductions are planned in a *frame* (the full shape and the reduced axes, see
 :mod:`fusetree.codegen.frame`): whatever does not fit the frame (a reduction over other axes, a
@@ -395,10 +396,8 @@ class _Planner:
                         frame_key, lays, len(full), [acc] if acc is not None else None)  # fmt: skip
         n_params = self.target.count_params(spec)
         if n_params > self.target.max_params:
-            raise ShapeError(
-                f"a reduction kernel over {len(leaves)} inputs needs {n_params} parameters "
-                f"(at most {self.target.max_params}); evaluate part of the expression first"
-            )
+            self.split_frame_kernel(root, frame, paths, outs, layouts, partial, acc, n_params)
+            return
         nrows, rowlen = frame_sizes(frame)
         if partial:
             chunks, clen = partial, -(-rowlen // partial)
@@ -410,6 +409,44 @@ class _Planner:
         inputs = tuple(self.input_ref(x) for x in leaves)
         geometry = ("frame", full, nrows, rowlen, chunks, clen, tuple(imaps), tuple(omaps))
         self.plan.steps.append(KernelStep(spec, inputs, tuple(outs), geometry))
+
+    def split_frame_kernel(self, root: Node, frame: Frame, paths: list[Path], outs: list[OutRef],
+                           layouts: list[str], partial: int, acc: np.dtype | None, n_params: int) -> None:  # fmt: skip
+        """Too many parameters for one reduction kernel (views of pending values multiply a tree's
+        leaves): outputs one by one, then the largest elementwise subtree is computed into a
+        temporary first, until the kernel fits."""
+        self.split = True
+        if len(paths) > 1 or paths[0][1]:
+            for (_, p), o, lay in zip(paths, outs, layouts):
+                n = node_at(root, p)
+                self.group([n], [(0, ())], [o], [lay], n.shape)
+            return
+        big = largest_elementwise(root)
+        if big is None:
+            raise ShapeError(
+                f"a reduction kernel over {len(root.leaves)} input{'s' * (len(root.leaves) != 1)} needs {n_params} parameters "
+                f"(at most {self.target.max_params}) and has no elementwise part to compute first"
+            )
+        root = self.substitute(root, {id(big): self.materialize(big)})
+        self.frame_kernel(root, frame, paths, outs, layouts, partial, acc)
+
+
+def largest_elementwise(root: Node) -> Node | None:
+    """The subtree of ``root`` (not ``root`` itself) with the most leaves, at least two, and no
+    reduction or expand inside: computing it first removes the most kernel parameters."""
+    best: Node | None = None
+    seen: set[int] = set()
+    stack = list(root.args)
+    while stack:
+        n = stack.pop()
+        if id(n) in seen or not n.leaves:
+            continue
+        seen.add(id(n))
+        if n.flags & (REDUCE | EXPAND):
+            stack.extend(n.args)
+        elif len(n.leaves) > 1 and (best is None or len(n.leaves) > len(best.leaves)):
+            best = n
+    return best
 
 
 # ---------------------------------------------------------------------------------------------
