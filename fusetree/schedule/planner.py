@@ -423,9 +423,10 @@ class _Planner:
             return
         big = largest_elementwise(root)
         if big is None:
+            n_in = len(root.leaves)
             raise ShapeError(
-                f"a reduction kernel over {len(root.leaves)} input{'s' * (len(root.leaves) != 1)} needs {n_params} parameters "
-                f"(at most {self.target.max_params}) and has no elementwise part to compute first"
+                f"a reduction kernel over {n_in} input{'' if n_in == 1 else 's'} needs {n_params} "
+                f"parameters (at most {self.target.max_params}) and has no elementwise part to compute first"
             )
         root = self.substitute(root, {id(big): self.materialize(big)})
         self.frame_kernel(root, frame, paths, outs, layouts, partial, acc)
