@@ -273,3 +273,38 @@ def test_recomputed_held_rows_compile_for_every_width(dtype):
     with ft.options(reduce_remat=True):
         (k,) = ft.explain(e, target="cuda").kernels
     assert "opaque(" in k.source and "mov.b" in k.ptx
+
+
+def _f16_round_trips(ptx: str) -> int:
+    """Stores of a float16 value converted three times: ``cvt.rn.f16.f32`` of a ``cvt.f32.f16`` of
+    a ``cvt.rn.f16.f32`` (a value rounded to float16, widened, then converted again to be stored)."""
+    defs: dict[str, tuple[str, str]] = {}
+    for op, dst, src in re.findall(r"(cvt\.rn\.f16\.f32|cvt\.f32\.f16)\s+(%\w+),\s*(%\w+);", ptx):
+        defs[dst] = (op, src)
+    n = 0
+    for op, src in defs.values():
+        if op.startswith("cvt.rn") and defs.get(src, ("",))[0] == "cvt.f32.f16":
+            n += defs.get(defs[src][1], ("",))[0] == "cvt.rn.f16.f32"
+    return n
+
+
+@pytest.mark.parametrize("case", ["exp", "softmax", "bias"])
+def test_float16_results_are_rounded_once_before_their_store(case):
+    """A float16 result is computed in float32 and rounded to float16 once: the store takes that
+    rounding (LLVM sees fptrunc/fpext, not opaque inline PTX), not a widened copy rounded again."""
+    x = ft.asarray(np.zeros((64, 256), np.float16))
+    b = ft.asarray(np.zeros(256, np.float16))
+    expr = {"exp": ft.exp(x), "softmax": ft.softmax(x, axis=-1), "bias": ft.maximum(x + b, 0) * 0.5}[case]
+    (k,) = ft.explain(expr, target="cuda").kernels
+    assert "cvt" in k.ptx or ".f16" in k.ptx
+    assert _f16_round_trips(k.ptx) == 0
+
+
+def test_row_kernels_shift_by_their_threads_per_row():
+    """A reduction kernel finds its row and lane with shifts (threads per row: a power of two), not
+    64-bit divisions, and its outermost kept index needs no modulo: a row softmax keeps at most the
+    divisions of its multi-chunk and streaming paths."""
+    x = ft.asarray(np.zeros((4096, 4096), np.float16))
+    (k,) = ft.explain(ft.softmax(x, axis=-1), target="cuda").kernels
+    assert "tsh = cuda.ffs(tpr) - 1" in k.source and "// tpr" not in k.source and "% tpr" not in k.source
+    assert len(re.findall(r"\b(?:div|rem)\.[su]64", k.ptx)) <= 4  # (6 before)

@@ -45,6 +45,10 @@ if PART == "reductions":
 
     checked += rc.check_special(D, rng)
     checked += rc.check_patterns(D, rng, shape=(3, 10), dtypes=("float32", "float16"))
+    checked += rc.check_kinds(D, rng, [(2, 3, 4)], ["float32", "int16", "bool"])
+if PART == "warps":  # (each simulated thread is a Python thread: 64 per row take their time)
+    import reduce_cases as rc
+
     with ft.options(reduce_threads=64):  # several warps per row: the shared-memory exchange
         checked += rc.check_patterns(D, rng, shape=(2, 70), dtypes=("float32",))
     with ft.options(reduce_threads=64, reduce_rows_per_block=2):  # two rows per block, the last alone
@@ -53,7 +57,9 @@ if PART == "reductions":
         e = np.exp(xr - xr.max(-1, keepdims=True))
         np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=1e-5, err_msg="softmax, 2 rows per block")
         checked += 1
-    checked += rc.check_kinds(D, rng, [(2, 3, 4)], ["float32", "int16", "bool"])
+if PART == "held":  # (its own process: the suite's longest test split in two)
+    import reduce_cases as rc
+
     # rows held in registers with wide loads (row length a multiple of the vector width, rows
     # aligned), and the streaming fallback for misaligned row views
     checked += rc.check_patterns(D, rng, shape=(3, 16), dtypes=("float32", "float16"))
@@ -81,6 +87,9 @@ if PART == "vector":
 
     checked += vector_cases.check_elementwise(D, rng)
     checked += vector_cases.check_horizontal(D, rng)
+if PART == "tiles":
+    import vector_cases
+
     with ft.options(cuda_tile=64):  # the 64-wide tile variant (2 x 8 elements per thread)
         checked += vector_cases.check_transposed(D, rng, big=True)
 print("SIM OK", checked)
@@ -150,7 +159,7 @@ def semantics():
 """
 
 
-@pytest.mark.parametrize("part", ["ops", "reductions", "semantics", "vector"])
+@pytest.mark.parametrize("part", ["warps", "reductions", "vector", "tiles", "held", "ops", "semantics"])
 def test_generated_cuda_kernels_in_simulator(part):
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
     script = SCRIPT.replace("# SEMANTICS", SEMANTICS)

@@ -563,6 +563,34 @@ def test_program_fuzzer_every_mode_on_gpu():
     assert total > n
 
 
+def test_program_regressions_on_gpu():
+    """Every seed the program fuzzer once failed on (tests/test_fuzz_programs.py), on CUDA arrays."""
+    import programs
+    from test_fuzz_programs import NARROW_REGRESSIONS, REGRESSIONS
+
+    for seed in sorted(REGRESSIONS):
+        programs.check_program(programs.random_program(seed), device="cuda")
+    for seed in sorted(NARROW_REGRESSIONS):
+        programs.check_program(programs.random_program(seed, narrow=True), device="cuda")
+
+
+def test_reductions_over_too_many_inputs_are_split_on_gpu(rng):
+    """A softmax over 512 pending leaves (more than a CUDA kernel takes) plans as several kernels."""
+    import cupy as cp
+
+    xs = [rng.standard_normal((8, 33)).astype(np.float32) for _ in range(512)]
+    acc = ft.asarray(cp.asarray(xs[0]))
+    want = xs[0].astype(np.float64)
+    for x in xs[1:]:
+        acc = acc + ft.asarray(cp.asarray(x))[::-1] * 0.01
+        want = want + x[::-1].astype(np.float64) * 0.01
+    ft.reset_stats()
+    got = ft.softmax(acc, axis=-1).numpy()
+    assert ft.stats()["kernels"] > 1
+    e = np.exp(want - want.max(-1, keepdims=True))
+    np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=2e-5, atol=1e-7)
+
+
 # -- jit: bound (zero-copy) graph arguments, staged GEMM operands, pytrees (jit issue) ------------
 
 

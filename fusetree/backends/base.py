@@ -55,6 +55,11 @@ def pow2_at_least(n: int) -> int:
     return p
 
 
+def pow2_at_most(n: int) -> int:
+    """The largest power of two <= ``n`` (1 for n < 2)."""
+    return 1 << (max(n, 1).bit_length() - 1)
+
+
 class Backend:
     """Interface of a backend; see cpu.py, cuda.py and cudasim.py."""
 

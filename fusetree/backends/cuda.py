@@ -39,7 +39,7 @@ from ..codegen.common import Target  # noqa: E402
 from ..codegen.elementwise import TILE_BLOCK, tile_edge, tiled, vector_width  # noqa: E402
 from ..errors import CompileError, DeviceError, UnsupportedError  # noqa: E402
 from . import helpers, vector  # noqa: E402
-from .base import Backend, launch_dims, mapped, pow2_at_least, store_product  # noqa: E402
+from .base import Backend, launch_dims, mapped, pow2_at_least, pow2_at_most, store_product  # noqa: E402
 from .cublas import CuBLAS, CuBLASLt  # noqa: E402
 from .diskcache import disk_cache_dir, read_disk_cache, save_source, write_disk_cache  # noqa: E402
 from .driver import CUDADriverError, Driver, LoadError, launch_kernel, link_cubin  # noqa: E402
@@ -461,8 +461,9 @@ class CUDABackend(Backend):
         """(threads per row, grid, block) of a reduction kernel launch."""
         nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
         tpr = config.current.reduce_threads or pow2_at_least(-(-clen // config.current.reduce_held))
-        tpr = min(tpr, k.max_threads)
-        block = min(tpr * config.current.reduce_rows_per_block, k.max_threads) if tpr >= 32 else 128
+        tpr = pow2_at_most(min(tpr, k.max_threads))  # a power of two: the kernel shifts by it
+        rows = min(config.current.reduce_rows_per_block, k.max_threads // tpr)  # whole rows per block
+        block = tpr * max(rows, 1) if tpr >= 32 else 128
         grid = max(1, -(-nkeep // (block // tpr)))  # a block per group of rows (the kernel has no row loop)
         return tpr, grid, block
 

@@ -18,7 +18,7 @@ from ..codegen.common import Target
 from ..codegen.elementwise import TILE_BLOCK, tiled
 from ..errors import DeviceError
 from . import helpers, vector
-from .base import Backend, mapped, pow2_at_least, store_product
+from .base import Backend, mapped, pow2_at_least, pow2_at_most, store_product
 from .cpu import _flat_view, _frame_outputs, host_view
 
 if "numba.cuda" in sys.modules and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
@@ -104,7 +104,7 @@ class SimBackend(Backend):
 
         staged = _frame_outputs(args, outs, smaps)
         nkeep, clen = geometry[-4] * geometry[-2], geometry[-1]
-        tpr = config.current.reduce_threads or min(pow2_at_least(-(-clen // 4)), 64)
+        tpr = pow2_at_most(config.current.reduce_threads or min(pow2_at_least(-(-clen // 4)), 64))
         block = min(tpr * config.current.reduce_rows_per_block, 1024) if tpr >= 32 else 32
         grid = max(1, min(-(-nkeep // (block // tpr)), 4))  # few blocks: the kernel loops over rows
         launcher.fn[grid, block](*args, *geometry, tpr)

@@ -175,7 +175,59 @@ def cuda_namespace() -> dict[str, Any]:
 
         return sig, codegen
 
-    ns: dict[str, Any] = {"addr": addr, "opaque": opaque, "vld8w": vld8w, "half_of": half_of}
+    # float16 conversions as LLVM fptrunc/fpext (numba's float16() and float32() of a half are
+    # opaque inline PTX): LLVM folds a rounding followed by a store, f2h(f16_round(x)) ->
+    # f2h(x), one cvt instead of three per stored element
+    half = ir.HalfType()
+
+    def to_half(builder, v, ty):  # type: ignore[no-untyped-def]
+        if ty == types.float64:  # through float32, as every float16 result is computed
+            v = builder.fptrunc(v, ir.FloatType())
+        return builder.fptrunc(v, half)
+
+    @intrinsic
+    def f2h(typingctx, x):  # type: ignore[no-untyped-def]
+        """float32 -> float16 (round to nearest even)."""
+        if x not in (types.float32, types.float64):
+            return None
+        sig = types.float16(x)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return builder.bitcast(to_half(builder, args[0], signature.args[0]), ir.IntType(16))
+
+        return sig, codegen
+
+    @intrinsic
+    def h2f(typingctx, x):  # type: ignore[no-untyped-def]
+        """float16 -> float32 (exact)."""
+        if x != types.float16:
+            return None
+        sig = types.float32(x)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            return builder.fpext(builder.bitcast(args[0], half), ir.FloatType())
+
+        return sig, codegen
+
+    def rounding(one_step: bool) -> Any:
+        @intrinsic
+        def f16_round(typingctx, x):  # type: ignore[no-untyped-def]
+            """``x`` rounded to float16, as float32 (float64 ``x``: one rounding if ``one_step``)."""
+            if x not in (types.float32, types.float64):
+                return None
+            sig = types.float32(x)
+
+            def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+                v, ty = args[0], signature.args[0]
+                h = builder.fptrunc(v, half) if one_step else to_half(builder, v, ty)
+                return builder.fpext(h, ir.FloatType())
+
+            return sig, codegen
+
+        return f16_round
+
+    ns: dict[str, Any] = {"addr": addr, "opaque": opaque, "vld8w": vld8w, "half_of": half_of, "f2h": f2h,
+                          "h2f": h2f, "f16_round": rounding(False), "f16_round_d": rounding(True)}  # fmt: skip
     for n in WIDTHS:
         ns[f"vld{n}"] = vld(n)
         ns[f"vst{n}"] = vst(n)
@@ -194,7 +246,11 @@ def sim_namespace() -> dict[str, Any]:
     def half_of(word, k):  # type: ignore[no-untyped-def]
         return np.float32(word[k])
 
-    ns: dict[str, Any] = {"addr": addr, "opaque": lambda x: x, "vld8w": vld8w, "half_of": half_of}
+    def f2h(x):  # type: ignore[no-untyped-def]
+        return np.float16(np.float32(x))
+
+    ns: dict[str, Any] = {"addr": addr, "opaque": lambda x: x, "vld8w": vld8w, "half_of": half_of,
+                          "f2h": f2h, "h2f": np.float32}  # fmt: skip
     for n in WIDTHS:
 
         def load(a, i, n=n):  # type: ignore[no-untyped-def]

@@ -38,14 +38,14 @@ class Target:
     def load(self, expr: str, dt: np.dtype) -> str:
         """An element of a buffer of logical dtype ``dt`` as its register value."""
         st = self.storage(dt)
-        if dt == np.float16 and st == np.uint16:
+        if dt == np.float16 and (st == np.uint16 or self.cuda):
             return f"h2f({expr})"
         return cast(expr, st, dtypes.register(dt))
 
     def store(self, expr: str, reg: np.dtype, dt: np.dtype) -> str:
         """A register value of dtype ``reg`` as an element of a buffer of logical dtype ``dt``."""
         st = self.storage(dt)
-        if dt == np.float16 and st == np.uint16:
+        if dt == np.float16 and (st == np.uint16 or self.cuda):  # (CUDA: f2h folds a rounding before it)
             return f"f2h({cast(expr, reg, np.dtype(np.float32))})"
         return cast(expr, reg, st)
 

@@ -182,15 +182,19 @@ def render(spec: KernelSpec, target: Target, held: int = 16, remat: bool = False
 
     if cuda:
         w("tid = cuda.threadIdx.x")
-        w("lane = tid % tpr")
-        w("gpb = cuda.blockDim.x // tpr")
+        # tpr is a power of two (frame_config): shifts and masks, not 64-bit divisions, which
+        # cost ~30 instructions each in every thread (softmax at (4096, 4096) float16 held 32:
+        # ~300 prologue instructions per thread beside ~1,050 for its 32 elements, ptxas sm_90)
+        w("tsh = cuda.ffs(tpr) - 1")
+        w("lane = tid & (tpr - 1)")
+        w("gpb = cuda.blockDim.x >> tsh")
         w("rr0 = cuda.blockIdx.x * gpb")
         if sim_loop:
             w("rstep = cuda.gridDim.x * gpb")
         w("wid = tid // 32")
         w("wl = tid % 32")
         w("nw = tpr // 32")  # warps per row (rows of more than a warp)
-        w("w0 = (tid // tpr) * nw")  # the row's first warp in the block
+        w("w0 = (tid >> tsh) * nw")  # the row's first warp in the block
         w("width = min(tpr, 32)")
         for j, (kind, _, acc) in accs.items():
             w(f"sh{j} = cuda.shared.array(32, {dtypes.CTOR[acc]})")
@@ -210,7 +214,7 @@ def render(spec: KernelSpec, target: Target, held: int = 16, remat: bool = False
         # thread is a Python thread: a block per row made its reduction tests 30x slower)
         w("while rr0 < nkeep:" if sim_loop else "if rr0 < nkeep:")
         w.indent()
-        w("rr = rr0 + tid // tpr")
+        w("rr = rr0 + (tid >> tsh)")
         w("act = rr < nkeep")
         w("if not act:")
         w("    rr = nkeep - 1")
@@ -218,14 +222,16 @@ def render(spec: KernelSpec, target: Target, held: int = 16, remat: bool = False
         w("nkeep = nrows * nchunks")
         w("for rr in prange(nkeep):")
         w.indent()
-    w("row = rr // nchunks")
-    w("lo = (rr - row * nchunks) * clen")
+    w("row = rr if nchunks == 1 else rr // nchunks")  # (whole rows: no division)
+    w("lo = 0 if nchunks == 1 else (rr - row * nchunks) * clen")
     w("hi = min(lo + clen, rowlen)")
-    # kept indices -> each array's row offset
+    # kept indices -> each array's row offset (row < nrows: the outermost index needs no modulo)
     w("q = row")
-    for d in reversed(kept):
+    for d in reversed(kept[1:]):
         w(f"i{d} = q % n{d}")
         w(f"q = q // n{d}")
+    if kept:
+        w(f"i{kept[0]} = q")
     for a in arrays:
         terms = ([f"{a}_o"] if offsets else []) + [f"i{d} * {a}_s{d}" for d in kept]
         w(f"{a}_w = {' + '.join(terms) or '0'}")
@@ -282,9 +288,10 @@ def render(spec: KernelSpec, target: Target, held: int = 16, remat: bool = False
                 )
         elif arrays:
             wc("q = {J}")
-            for d in reversed(axes):
+            for d in reversed(axes[1:]):
                 wc(f"i{d} = q % n{d}")
                 wc(f"q = q // n{d}")
+            wc(f"i{axes[0]} = q")  # (j < rowlen)
             for a in arrays:
                 wc(f"{a}_e{{s}} = {a}_w + {' + '.join(f'i{d} * {a}_s{d}' for d in axes)}")
         for i in leaves_needed:
