@@ -224,3 +224,21 @@ def test_a_reduction_with_no_part_to_split_names_the_limit(rng):
         pytest.raises(ft.ShapeError, match=r"over 1 input needs \d+ parameters \(at most 4\)"),
     ):
         ft.sum(x, axis=1).numpy()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "uint16", "int64"])
+def test_square_by_operator_is_a_multiply(dtype):
+    """``x ** 2`` computes ``x * x`` (NumPy's operator takes np.square): same dtype and values, and
+    the kernel multiplies instead of calling ``pow``; other exponents stay ``power``."""
+    a = (np.arange(-6, 7) * 3).astype(dtype)
+    x = ft.asarray(a)
+    for e in (2, 2.0, 3, 0.5):
+        if isinstance(e, float) and a.dtype.kind != "f":
+            continue
+        with np.errstate(all="ignore"):
+            want = a**e
+        got = (x**e).numpy()
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    (k,) = ft.explain(x**2).kernels
+    assert "multiply" in k.source and "pow" not in k.source.split("def ")[1]

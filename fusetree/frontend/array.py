@@ -837,6 +837,20 @@ for _m, _name in INPLACE_OPERATORS.items():
 for _m, _name in UNARY_OPERATORS.items():
     setattr(Array, _m, _unary(_name))
 Array.__pos__ = lambda self: self  # type: ignore[attr-defined,operator]
+_power = Array.__pow__
+
+
+def _pow(self: Array, other: Any) -> Array:
+    """``x ** 2`` is ``x * x`` for numbers, as NumPy's operator computes it (``np.square``): exact,
+    and a multiply in the kernel instead of a ``pow`` call (``(x - m) ** 2`` in a variance)."""
+    if (other == 2 and type(other) is int and self._node.dtype.kind in "iuf") or (
+        type(other) is float and other == 2.0 and self._node.dtype.kind == "f"
+    ):
+        return self * self
+    return _power(self, other)
+
+
+Array.__pow__ = _pow  # type: ignore[method-assign]
 
 
 def _is_operand(x: Any) -> bool:
