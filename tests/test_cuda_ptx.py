@@ -308,3 +308,13 @@ def test_row_kernels_shift_by_their_threads_per_row():
     (k,) = ft.explain(ft.softmax(x, axis=-1), target="cuda").kernels
     assert "tsh = cuda.ffs(tpr) - 1" in k.source and "// tpr" not in k.source and "% tpr" not in k.source
     assert len(re.findall(r"\b(?:div|rem)\.[su]64", k.ptx)) <= 4  # (6 before)
+
+
+def test_float32_maximum_and_max_reductions_take_one_instruction():
+    """NumPy's maximum/minimum (NaN propagates) of float32 are one ``max.NaN.f32``/``min.NaN.f32``
+    on sm_80+ (a compare, a NaN test and a select before); other dtypes keep the compare."""
+    x = ft.asarray(np.zeros((64, 256), np.float32))
+    (k,) = ft.explain(ft.softmax(x, axis=-1) + ft.minimum(x, 1.0), target="cuda").kernels
+    assert "max.NaN.f32" in k.ptx and "min.NaN.f32" in k.ptx
+    (k,) = ft.explain(ft.maximum(x.astype(np.int32), 3), target="cuda").kernels
+    assert "max.NaN" not in k.ptx

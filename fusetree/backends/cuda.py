@@ -17,6 +17,7 @@ import contextlib
 import ctypes
 import hashlib
 import os
+import pathlib
 import re
 import struct
 import threading
@@ -116,6 +117,8 @@ def device_namespace() -> dict[str, Any]:
 def compile_ptx(spec: Any, source: str, cc: tuple[int, int] = (9, 0)) -> tuple[str, str, str]:
     """PTX of a rendered kernel for compute capability ``cc`` (no GPU needed); (ptx, entry, fmt)."""
     ns = dict(device_namespace())
+    if cc < (8, 0):  # no max.NaN.f32 before sm_80: the generic compare and select
+        ns["maximum"], ns["minimum"] = (cuda.jit(device=True)(f) for f in (helpers.maximum, helpers.minimum))
     exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
     sig, fmt = signature(spec)
     with _target_cc(cc):
@@ -235,7 +238,15 @@ class CUDABackend(Backend):
         self.cache_dir = disk_cache_dir()
         import numba_cuda
 
-        self.versions = f"numba-cuda={getattr(numba_cuda, '__version__', '?')};driver={self.driver.version()}"
+        # the helpers and intrinsics a kernel calls are compiled into its PTX: their source is part
+        # of every disk-cache key, with the kernel's own source (a checkout with changed codegen
+        # must not load another checkout's kernels: stop 36's first probe timed one kernel thrice)
+        here = pathlib.Path(__file__).parent
+        helpers_src = b"".join((here / f).read_bytes() for f in ("cuda.py", "helpers.py", "vector.py"))
+        self.versions = (
+            f"numba-cuda={getattr(numba_cuda, '__version__', '?')};driver={self.driver.version()};"
+            f"helpers={hashlib.sha256(helpers_src).hexdigest()[:16]}"
+        )
 
     # -- arrays --------------------------------------------------------------------------------
     # host arrays up to this size are uploaded without waiting for the device: copied to a private
@@ -297,7 +308,7 @@ class CUDABackend(Backend):
     def compile(self, spec: Any, source: str, params: list[str]) -> tuple[Any, dict]:
         cc = self.cc
         dkey = hashlib.sha256(
-            f"{spec.key_text}|{self.cache_tag()}|{config.CODEGEN_VERSION}|{self.versions}|sm_{cc[0]}{cc[1]}".encode()
+            f"{spec.key_text}|{self.cache_tag()}|{config.CODEGEN_VERSION}|{self.versions}|sm_{cc[0]}{cc[1]}|{source}".encode()
         ).hexdigest()[:32]
         entry = read_disk_cache(self.cache_dir, dkey)
         disk_hit = entry is not None

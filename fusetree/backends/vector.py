@@ -226,8 +226,38 @@ def cuda_namespace() -> dict[str, Any]:
 
         return f16_round
 
+    def minmax(is_max: bool) -> Any:
+        @intrinsic
+        def pick(typingctx, a, b):  # type: ignore[no-untyped-def]
+            """NumPy's maximum/minimum (NaN propagates; otherwise ties take ``b``): float32 in one
+            ``max.NaN.f32`` (sm_80+; the compare, NaN test and select were 3 instructions)."""
+            ty = typingctx.unify_types(types.unliteral(a), types.unliteral(b))
+            if not isinstance(ty, (types.Integer, types.Float, types.Boolean)):
+                return None
+            sig = ty(a, b)
+
+            def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+                x, y = (context.cast(builder, v, t, ty) for v, t in zip(args, signature.args))
+                if ty == types.float32:
+                    fn = ir.FunctionType(ir.FloatType(), [ir.FloatType()] * 2)
+                    op = "max" if is_max else "min"
+                    return builder.call(ir.InlineAsm(fn, f"{op}.NaN.f32 $0, $1, $2;", "=f,f,f"), [x, y])
+                if isinstance(ty, types.Float):
+                    wins = builder.or_(builder.fcmp_ordered(">" if is_max else "<", x, y),
+                                       builder.fcmp_unordered("uno", x, x))  # fmt: skip
+                elif isinstance(ty, types.Integer) and ty.signed:  # type: ignore[attr-defined]
+                    wins = builder.icmp_signed(">" if is_max else "<", x, y)
+                else:
+                    wins = builder.icmp_unsigned(">" if is_max else "<", x, y)
+                return builder.select(wins, x, y)
+
+            return sig, codegen
+
+        return pick
+
     ns: dict[str, Any] = {"addr": addr, "opaque": opaque, "vld8w": vld8w, "half_of": half_of, "f2h": f2h,
-                          "h2f": h2f, "f16_round": rounding(False), "f16_round_d": rounding(True)}  # fmt: skip
+                          "h2f": h2f, "f16_round": rounding(False), "f16_round_d": rounding(True),
+                          "maximum": minmax(True), "minimum": minmax(False)}  # fmt: skip
     for n in WIDTHS:
         ns[f"vld{n}"] = vld(n)
         ns[f"vst{n}"] = vst(n)
