@@ -165,8 +165,9 @@ def test_tiled_kernels_compile_at_both_tile_sizes(dtype):
         assert ("J_1 = " in k.source) == (cols == 2)
         assert "vld4(in0, " in k.source and "vld4(in1, " in k.source and "vst4(out0, " in k.source
         assert "bar.sync" in k.ptx
-        wide = "ld.global.v4.f32" if dtype == np.float32 else "ld.global.v4.u16"
-        assert wide in k.ptx, k.ptx
+        wide = r"ld\.global\.v4\.f32" if dtype == np.float32 else r"ld\.global\.(?:v4\.u16|v2\.u32)"
+        assert len(re.findall(wide, k.ptx)) >= 2, k.ptx  # both inputs, 16 / 8 bytes a load
+        assert "ld.global.b32" not in k.ptx  # (float16 quads once split into two 4-byte loads)
     with ft.options(cuda_vector=False):
         (k,) = ft.explain(x.T + b, target="cuda").kernels
     assert "cuda.shared.array((32, 33)" in k.source and "vld" not in k.source

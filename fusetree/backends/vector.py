@@ -28,6 +28,10 @@ WIDTHS = (2, 4, 8)
 # NVPTX splits a 16-byte load of 8 halves into two 8-byte ones: those go through inline PTX
 _LD16 = "{ .reg .u64 g; cvta.to.global.u64 g, $4; ld.global.v4.u32 {$0, $1, $2, $3}, [g]; }"
 _ST16 = "{ .reg .u64 g; cvta.to.global.u64 g, $0; st.global.v4.u32 [g], {$1, $2, $3, $4}; }"
+# 8 bytes of halves likewise: LLVM turns <2 x i32> + bitcasts to half into <4 x half>, which NVPTX
+# loads as two 4-byte words (the float16 transposed case's quads: 8 ld.global.b32, not 4 v4.u16)
+_LD8 = "{ .reg .u64 g; cvta.to.global.u64 g, $2; ld.global.v2.u32 {$0, $1}, [g]; }"
+_ST8 = "{ .reg .u64 g; cvta.to.global.u64 g, $0; st.global.v2.u32 [g], {$1, $2}; }"
 
 
 def _int_vector(ir: Any, nbytes: int) -> Any:
@@ -42,12 +46,14 @@ def cuda_namespace() -> dict[str, Any]:
     from numba import types
     from numba.core.extending import intrinsic
 
-    def words16(builder, ptr):  # type: ignore[no-untyped-def]
-        """The 16 bytes at ``ptr`` as 4 i32 values, through one inline ``ld.global.v4.u32``."""
+    def words16(builder, ptr, n: int = 4):  # type: ignore[no-untyped-def]
+        """The ``4 n`` bytes at ``ptr`` as ``n`` (4 or 2) i32 values, through one inline
+        ``ld.global.v<n>.u32``."""
         i32 = ir.IntType(32)
-        fn = ir.FunctionType(ir.LiteralStructType([i32] * 4), [ptr.type])
-        words = builder.call(ir.InlineAsm(fn, _LD16, "=r,=r,=r,=r,l", side_effect=False), [ptr])
-        return [builder.extract_value(words, w) for w in range(4)]
+        fn = ir.FunctionType(ir.LiteralStructType([i32] * n), [ptr.type])
+        asm, cons = (_LD16, "=r,=r,=r,=r,l") if n == 4 else (_LD8, "=r,=r,l")
+        words = builder.call(ir.InlineAsm(fn, asm, cons, side_effect=False), [ptr])
+        return [builder.extract_value(words, w) for w in range(n)]
 
     def vld(n: int) -> Any:
         @intrinsic
@@ -60,10 +66,10 @@ def cuda_namespace() -> dict[str, Any]:
                 lt = context.get_value_type(el)
                 nbytes = n * context.get_abi_sizeof(lt)
                 ptr = builder.gep(p, [i])
-                if nbytes == 16 and n > 4:  # 8 float16 / bool bytes: one ld.global.v4.u32
-                    per = n // 4
+                if (nbytes == 16 and n > 4) or (nbytes == 8 and n == 4):  # halves / bytes: v4 or v2.u32
+                    per = n // (nbytes // 4)
                     elems = []
-                    for word in words16(builder, ptr):
+                    for word in words16(builder, ptr, nbytes // 4):
                         part = builder.bitcast(word, ir.VectorType(lt, per))
                         elems += [
                             builder.extract_element(part, ir.Constant(ir.IntType(32), k)) for k in range(per)
@@ -96,12 +102,14 @@ def cuda_namespace() -> dict[str, Any]:
                     x = context.cast(builder, builder.extract_value(tup, k), signature.args[2][k], el)
                     v = builder.insert_element(v, x, ir.Constant(ir.IntType(32), k))
                 ptr = builder.gep(p, [i])
-                if nbytes == 16 and n > 4:  # one st.global.v4.u32 (see vld)
+                if (nbytes == 16 and n > 4) or (nbytes == 8 and n == 4):  # one st.global.v4/v2.u32 (see vld)
                     i32 = ir.IntType(32)
-                    words = builder.bitcast(v, ir.VectorType(i32, 4))
-                    args = [ptr] + [builder.extract_element(words, ir.Constant(i32, w)) for w in range(4)]
+                    nw = nbytes // 4
+                    words = builder.bitcast(v, ir.VectorType(i32, nw))
+                    args = [ptr] + [builder.extract_element(words, ir.Constant(i32, w)) for w in range(nw)]
                     fn = ir.FunctionType(ir.VoidType(), [a.type for a in args])
-                    builder.call(ir.InlineAsm(fn, _ST16, "l,r,r,r,r,~{memory}", side_effect=True), args)
+                    asm, cons = (_ST16, "l,r,r,r,r,~{memory}") if nw == 4 else (_ST8, "l,r,r,~{memory}")
+                    builder.call(ir.InlineAsm(fn, asm, cons, side_effect=True), args)
                     return context.get_dummy_value()
                 iv = _int_vector(ir, nbytes)
                 builder.store(builder.bitcast(v, iv), builder.bitcast(ptr, iv.as_pointer()), align=nbytes)
