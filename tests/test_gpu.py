@@ -575,19 +575,20 @@ def test_program_regressions_on_gpu():
 
 
 def test_reductions_over_too_many_inputs_are_split_on_gpu(rng):
-    """A softmax over 512 pending leaves (more than a CUDA kernel takes) plans as several kernels."""
+    """A softmax over 512 pending leaves (more than a CUDA kernel takes; a balanced tree, so no
+    chain is deep enough to be run early) plans as several kernels, within float32 rounding."""
     import cupy as cp
 
     xs = [rng.standard_normal((8, 33)).astype(np.float32) for _ in range(512)]
-    acc = ft.asarray(cp.asarray(xs[0]))
-    want = xs[0].astype(np.float64)
-    for x in xs[1:]:
-        acc = acc + ft.asarray(cp.asarray(x))[::-1] * 0.01
-        want = want + x[::-1].astype(np.float64) * 0.01
+    vals = [ft.asarray(cp.asarray(x))[::-1] for x in xs]
+    want = [x[::-1].astype(np.float64) for x in xs]
+    while len(vals) > 1:  # pairwise sums: depth 9, 512 leaves
+        vals = [vals[k] + vals[k + 1] * 0.5 for k in range(0, len(vals), 2)]
+        want = [want[k] + want[k + 1] * 0.5 for k in range(0, len(want), 2)]
     ft.reset_stats()
-    got = ft.softmax(acc, axis=-1).numpy()
-    assert ft.stats()["kernels"] > 1
-    e = np.exp(want - want.max(-1, keepdims=True))
+    got = ft.softmax(vals[0], axis=-1).numpy()
+    assert ft.stats()["kernels"] > 1, ft.stats()
+    e = np.exp(want[0] - want[0].max(-1, keepdims=True))
     np.testing.assert_allclose(got, e / e.sum(-1, keepdims=True), rtol=2e-5, atol=1e-7)
 
 
