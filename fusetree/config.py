@@ -45,7 +45,8 @@ class Options:
     # scalar path alone, % of copy f32/f16: 64 -> 57.1/31.2, 32 -> 55.3/31.4: no gain, 32 stays
     cuda_tile: int = 32
     max_cached_kernels: int = 1024  # in-memory kernel cache bound (LRU); a numba CPU kernel holds ~3 MB
-    # reductions: threads per row on CUDA (0: chosen from the row length), and rows longer than
+    # reductions: threads per row on CUDA (0: chosen from the row length; rounded down to a power of
+    # two, as the kernels shift by it, and to what the kernel's registers allow), and rows longer than
     # ``reduce_split`` elements are reduced in two stages of chunks that long (0: automatic)
     reduce_threads: int = 0
     # CUDA: elements per thread of a row held in registers (a power of two). H200, softmax/layernorm
