@@ -22,6 +22,11 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 _src = sys.argv[sys.argv.index("--src") + 1] if "--src" in sys.argv else os.path.dirname(HERE)
 sys.path.insert(0, _src)  # (--src: time another checkout's fusetree, e.g. the commit before a change)
+if "--src" in sys.argv:  # a kernel cache of its own: checkouts before stop 36 keyed kernels without
+    # their source, so two checkouts sharing a cache ran the first one's kernels
+    import tempfile
+
+    os.environ["FUSETREE_CACHE_DIR"] = tempfile.mkdtemp(prefix="ft_probe_")
 
 import fusetree as ft
 
