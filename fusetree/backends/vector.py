@@ -1,16 +1,20 @@
-"""Wide memory accesses for the generated CUDA kernels: ``vld<n>``/``vst<n>`` and ``addr``.
+"""Intrinsics of the generated CUDA kernels: wide memory accesses (``vld<n>``/``vst<n>``, ``addr``),
+float16 conversions LLVM can see through, and one-instruction float32 ``maximum``/``minimum``.
 
 numba's kernel dialect has no vector loads: a kernel reading ``in0[i]``, ``in0[i + 1]``... issues one
 4-byte (or 2-byte) ``ld.global`` per element, because the pointer's alignment is unknown to LLVM.
 These intrinsics emit one aligned LLVM vector access instead, which NVPTX lowers to
-``ld.global.v4.f32``/``v2.f64``... (16 or 8 bytes; 8 halves or 16 bytes go through one inline
-``ld.global.v4.u32``, which NVPTX would split):
+``ld.global.v4.f32``/``v2.f64``... (16 or 8 bytes; halves and bytes go through one inline
+``ld.global.v4.u32`` or ``v2.u32``, which NVPTX would split):
 
 * ``vld<n>(ptr, i)``: elements ``i .. i+n-1`` of ``ptr`` as a tuple (the caller guarantees that
   ``ptr + i`` is aligned to ``n * itemsize`` bytes);
 * ``vst<n>(ptr, i, values)``: the converse (``values``: a tuple of ``n`` numbers, cast to the
   pointer's element type);
-* ``addr(ptr)``: the pointer as an int64, for the kernels' alignment check.
+* ``addr(ptr)``: the pointer as an int64, for the kernels' alignment check;
+* ``f2h``/``h2f``/``f16_round``/``f16_round_d``: float16 conversions as LLVM ``fptrunc``/``fpext``
+  (numba's are opaque inline PTX), so LLVM folds a rounding into the store that follows it;
+* ``maximum``/``minimum``: NumPy's (NaN propagates), float32 in one ``max.NaN.f32``/``min.NaN.f32``.
 
 The access goes through an integer vector of the same size (``<4 x i32>`` for 16 bytes) and a
 bitcast, so float16 and bool bytes get the same wide instruction as float32. :func:`sim_namespace`
@@ -46,7 +50,7 @@ def cuda_namespace() -> dict[str, Any]:
     from numba import types
     from numba.core.extending import intrinsic
 
-    def words16(builder, ptr, n: int = 4):  # type: ignore[no-untyped-def]
+    def words(builder, ptr, n: int = 4):  # type: ignore[no-untyped-def]
         """The ``4 n`` bytes at ``ptr`` as ``n`` (4 or 2) i32 values, through one inline
         ``ld.global.v<n>.u32``."""
         i32 = ir.IntType(32)
@@ -69,7 +73,7 @@ def cuda_namespace() -> dict[str, Any]:
                 if (nbytes == 16 and n > 4) or (nbytes == 8 and n == 4):  # halves / bytes: v4 or v2.u32
                     per = n // (nbytes // 4)
                     elems = []
-                    for word in words16(builder, ptr, nbytes // 4):
+                    for word in words(builder, ptr, nbytes // 4):
                         part = builder.bitcast(word, ir.VectorType(lt, per))
                         elems += [
                             builder.extract_element(part, ir.Constant(ir.IntType(32), k)) for k in range(per)
@@ -162,7 +166,7 @@ def cuda_namespace() -> dict[str, Any]:
 
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
             p, i = args
-            return context.make_tuple(builder, signature.return_type, words16(builder, builder.gep(p, [i])))
+            return context.make_tuple(builder, signature.return_type, words(builder, builder.gep(p, [i])))
 
         return sig, codegen
 
