@@ -226,11 +226,11 @@ def test_a_reduction_with_no_part_to_split_names_the_limit(rng):
         ft.sum(x, axis=1).numpy()
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "uint16", "int64"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "uint16", "int64", "bool"])
 def test_square_by_operator_is_a_multiply(dtype):
     """``x ** 2`` computes ``x * x`` (NumPy's operator takes np.square): same dtype and values, and
     the kernel multiplies instead of calling ``pow``; other exponents stay ``power``."""
-    a = (np.arange(-6, 7) * 3).astype(dtype)
+    a = (np.arange(-6, 7) * 3).astype(dtype)  # (bool: NumPy's operator squares to int8, np.power to int64)
     x = ft.asarray(a)
     for e in (2, 2.0, 3, 0.5):
         if isinstance(e, float) and a.dtype.kind != "f":
