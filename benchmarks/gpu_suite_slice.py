@@ -31,7 +31,7 @@ RUN = ["-q", "-W", "ignore::DeprecationWarning", "--durations=5"]
 
 # tests that compile hundreds of kernels (seconds each, measured in stop 31's suite with 14 processes)
 HEAVY = re.compile(
-    r"reduction_patterns|reductions_every_kind|program_fuzzer|large_reductions|random_trees|transposed_tiles"
+    r"reduction_patterns|reductions_every_kind|program_fuzzer|program_regressions|large_reductions|random_trees|transposed_tiles"
 )
 MEDIUM = re.compile(r"char_lstm|wide_access|deep_chains|autodiff|arithmetic_views|train")
 
