@@ -308,6 +308,8 @@ def test_row_kernels_shift_by_their_threads_per_row():
     x = ft.asarray(np.zeros((4096, 4096), np.float16))
     (k,) = ft.explain(ft.softmax(x, axis=-1), target="cuda").kernels
     assert "tsh = cuda.ffs(tpr) - 1" in k.source and "// tpr" not in k.source and "% tpr" not in k.source
+    # the row's warp partials combined by a second butterfly, not a loop in every thread
+    assert "k = w0 + (wl & (nw - 1))" in k.source and "range(w0" not in k.source
     assert len(re.findall(r"\b(?:div|rem)\.[su]64", k.ptx)) <= 4  # (6 before)
 
 
