@@ -46,6 +46,17 @@ if PART == "reductions":
     checked += rc.check_special(D, rng)
     checked += rc.check_patterns(D, rng, shape=(3, 10), dtypes=("float32", "float16"))
     checked += rc.check_kinds(D, rng, [(2, 3, 4)], ["float32", "int16", "bool"])
+    with ft.options(reduce_threads=128):  # four warps per row: the second butterfly over 4 partials
+        x4 = rng.standard_normal((2, 300)).astype(np.float32)
+        x4[1, 17] = np.nan
+        a4 = ft.asarray(x4, device=D)
+        e = np.exp(x4 - x4.max(-1, keepdims=True))
+        np.testing.assert_allclose(ft.softmax(a4, -1).numpy(), e / e.sum(-1, keepdims=True), rtol=1e-5, err_msg="4 warps")
+        x4[1, 17] = 0.0
+        a4 = ft.asarray(x4, device=D)
+        assert (ft.argmin(a4, axis=1).numpy() == x4.argmin(1)).all(), "argmin, 4 warps"
+        np.testing.assert_allclose(ft.sum(a4, axis=1).numpy(), x4.sum(1), rtol=1e-5, err_msg="sum, 4 warps")
+        checked += 3
 if PART == "warps":  # (each simulated thread is a Python thread: 64 per row take their time)
     import reduce_cases as rc
 
