@@ -102,12 +102,14 @@ def signature(spec: Any) -> tuple[Any, str]:
 
 
 _device_ns: dict[str, Any] | None = None
+_generic_minmax: dict[str, Any] = {}  # helpers' compare-and-select maximum/minimum (before sm_80)
 
 
 def device_namespace() -> dict[str, Any]:
     global _device_ns
     if _device_ns is None:
         ns = helpers.namespace(lambda f: cuda.jit(device=True)(f), libdevice)
+        _generic_minmax.update(maximum=ns["maximum"], minimum=ns["minimum"])
         ns.update(vector.cuda_namespace())
         ns["cuda"] = cuda
         _device_ns = ns
@@ -118,7 +120,7 @@ def compile_ptx(spec: Any, source: str, cc: tuple[int, int] = (9, 0)) -> tuple[s
     """PTX of a rendered kernel for compute capability ``cc`` (no GPU needed); (ptx, entry, fmt)."""
     ns = dict(device_namespace())
     if cc < (8, 0):  # no max.NaN.f32 before sm_80: the generic compare and select
-        ns["maximum"], ns["minimum"] = (cuda.jit(device=True)(f) for f in (helpers.maximum, helpers.minimum))
+        ns.update(_generic_minmax)
     exec(compile(source, f"<fusetree {spec.name}>", "exec"), ns)
     sig, fmt = signature(spec)
     with _target_cc(cc):

@@ -59,6 +59,19 @@ def cuda_namespace() -> dict[str, Any]:
         words = builder.call(ir.InlineAsm(fn, asm, cons, side_effect=False), [ptr])
         return [builder.extract_value(words, w) for w in range(n)]
 
+    # float16 conversions as LLVM fptrunc/fpext (numba's float16() and float32() of a half are
+    # opaque inline PTX): LLVM folds a rounding followed by a store, f2h(f16_round(x)) ->
+    # f2h(x), one cvt instead of three per stored element
+    half = ir.HalfType()
+
+    def to_half(builder, v, ty):  # type: ignore[no-untyped-def]
+        if ty == types.float64:  # through float32, as every float16 result is computed
+            v = builder.fptrunc(v, ir.FloatType())
+        return builder.fptrunc(v, half)
+
+    def widen(builder, h):  # type: ignore[no-untyped-def]
+        return builder.fpext(builder.bitcast(h, half), ir.FloatType())
+
     def vld(n: int) -> Any:
         @intrinsic
         def load(typingctx, ptr, idx):  # type: ignore[no-untyped-def]
@@ -182,61 +195,35 @@ def cuda_namespace() -> dict[str, Any]:
             v = args[0]
             if hi:
                 v = builder.lshr(v, ir.Constant(ir.IntType(32), 16))
-            h = builder.bitcast(builder.trunc(v, ir.IntType(16)), ir.HalfType())
-            return builder.fpext(h, ir.FloatType())
+            return widen(builder, builder.trunc(v, ir.IntType(16)))
 
         return sig, codegen
 
-    # float16 conversions as LLVM fptrunc/fpext (numba's float16() and float32() of a half are
-    # opaque inline PTX): LLVM folds a rounding followed by a store, f2h(f16_round(x)) ->
-    # f2h(x), one cvt instead of three per stored element
-    half = ir.HalfType()
+    def conversion(accepts: tuple, ret: Any, emit: Any) -> Any:
+        """A one-argument intrinsic: ``emit(builder, value, its numba type)`` for ``accepts``."""
 
-    def to_half(builder, v, ty):  # type: ignore[no-untyped-def]
-        if ty == types.float64:  # through float32, as every float16 result is computed
-            v = builder.fptrunc(v, ir.FloatType())
-        return builder.fptrunc(v, half)
-
-    @intrinsic
-    def f2h(typingctx, x):  # type: ignore[no-untyped-def]
-        """float32 -> float16 (round to nearest even)."""
-        if x not in (types.float32, types.float64):
-            return None
-        sig = types.float16(x)
-
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            return builder.bitcast(to_half(builder, args[0], signature.args[0]), ir.IntType(16))
-
-        return sig, codegen
-
-    @intrinsic
-    def h2f(typingctx, x):  # type: ignore[no-untyped-def]
-        """float16 -> float32 (exact)."""
-        if x != types.float16:
-            return None
-        sig = types.float32(x)
-
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            return builder.fpext(builder.bitcast(args[0], half), ir.FloatType())
-
-        return sig, codegen
-
-    def rounding(one_step: bool) -> Any:
         @intrinsic
-        def f16_round(typingctx, x):  # type: ignore[no-untyped-def]
-            """``x`` rounded to float16, as float32 (float64 ``x``: one rounding if ``one_step``)."""
-            if x not in (types.float32, types.float64):
+        def convert(typingctx, x):  # type: ignore[no-untyped-def]
+            if x not in accepts:
                 return None
-            sig = types.float32(x)
 
             def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-                v, ty = args[0], signature.args[0]
-                h = builder.fptrunc(v, half) if one_step else to_half(builder, v, ty)
-                return builder.fpext(h, ir.FloatType())
+                return emit(builder, args[0], signature.args[0])
 
-            return sig, codegen
+            return ret(x), codegen
 
-        return f16_round
+        return convert
+
+    floats = (types.float32, types.float64)
+    i16 = ir.IntType(16)
+    # f2h: float32 -> float16 (round to nearest even); h2f: float16 -> float32 (exact);
+    # f16_round: rounded to float16, as float32; f16_round_d: float64 in one rounding
+    f2h = conversion(floats, types.float16, lambda b, v, ty: b.bitcast(to_half(b, v, ty), i16))
+    h2f = conversion((types.float16,), types.float32, lambda b, v, ty: widen(b, v))
+    f16_round = conversion(floats, types.float32, lambda b, v, ty: b.fpext(to_half(b, v, ty), ir.FloatType()))
+    f16_round_d = conversion(
+        floats, types.float32, lambda b, v, ty: b.fpext(b.fptrunc(v, half), ir.FloatType())
+    )
 
     def minmax(is_max: bool) -> Any:
         @intrinsic
@@ -268,7 +255,7 @@ def cuda_namespace() -> dict[str, Any]:
         return pick
 
     ns: dict[str, Any] = {"addr": addr, "opaque": opaque, "vld8w": vld8w, "half_of": half_of, "f2h": f2h,
-                          "h2f": h2f, "f16_round": rounding(False), "f16_round_d": rounding(True),
+                          "h2f": h2f, "f16_round": f16_round, "f16_round_d": f16_round_d,
                           "maximum": minmax(True), "minimum": minmax(False)}  # fmt: skip
     for n in WIDTHS:
         ns[f"vld{n}"] = vld(n)
