@@ -217,8 +217,7 @@ class _Planner:
         """Too many parameters for one kernel: outputs one by one, then the largest subtrees first."""
         self.split = True
         if len(roots) > 1 or any(p for _, p in paths):
-            for (ri, p), o, lay in zip(paths, outs, layouts):
-                self.group([node_at(roots[ri], p)], [(0, ())], [o], [lay], shape)
+            self.outputs_apart(roots, paths, outs, layouts)
             return
         root = roots[0]
         kids = [a for a in root.args if a.leaves]
@@ -229,6 +228,15 @@ class _Planner:
         args = tuple(t if a is big else a for a in root.args)
         self.group([make_op(root.op, args, root.dtype, root.shape, root.device, root.attrs)], paths, outs,
                    layouts, shape)  # fmt: skip
+
+    def outputs_apart(
+        self, roots: list[Node], paths: list[Path], outs: list[OutRef], layouts: list[str]
+    ) -> None:
+        """Each output of a group too large for one kernel planned on its own (split further if
+        it still does not fit)."""
+        for (ri, p), o, lay in zip(paths, outs, layouts):
+            n = node_at(roots[ri], p)
+            self.group([n], [(0, ())], [o], [lay], n.shape)
 
     def materialize(self, n: Node) -> Node:
         """A leaf holding ``n``'s value, computed by steps added now (an ``expand`` becomes a
@@ -417,9 +425,7 @@ class _Planner:
         temporary first, until the kernel fits."""
         self.split = True
         if len(paths) > 1 or paths[0][1]:
-            for (_, p), o, lay in zip(paths, outs, layouts):
-                n = node_at(root, p)
-                self.group([n], [(0, ())], [o], [lay], n.shape)
+            self.outputs_apart([root], paths, outs, layouts)
             return
         big = largest_elementwise(root)
         if big is None:
