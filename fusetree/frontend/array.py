@@ -844,11 +844,10 @@ def _pow(self: Array, other: Any) -> Array:
     """``x ** 2`` is ``x * x`` for numbers, as NumPy's operator computes it (``np.square``): exact,
     and a multiply in the kernel instead of a ``pow`` call (``(x - m) ** 2`` in a variance)."""
     kind = self._node.dtype.kind
-    if (other == 2 and type(other) is int and kind in "iuf") or (
-        type(other) is float and other == 2.0 and kind == "f"
-    ):
+    square = type(other) in (int, float) and other == 2
+    if square and (kind == "f" or (kind in "iu" and type(other) is int)):
         return self * self
-    if other == 2 and type(other) is int and kind == "b":  # np.square of booleans: int8
+    if square and kind == "b" and type(other) is int:  # np.square of booleans: int8
         return (self * self).astype(np.int8)
     return _power(self, other)
 
