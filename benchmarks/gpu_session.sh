@@ -6,7 +6,7 @@ export PYTHONPATH=.:tests PYTHONUNBUFFERED=1 FUSETREE_CACHE_DIR=/tmp/ftcache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 parts=${*:-"env sanity tests host bandwidth compile lstm"}
 # every GPU feature once (the quick subset), for "gputests_quick" (one process) and "quickp" (processes side by side)
-QUICK_K=${QUICK_K:-"arithmetic_views or repeated_gemms or transposed_tiles or lstm or interop or launch or cache or float16_and_bool or (reductions_every_kind and float16) or jit or graph or in_place or element_reads or program_fuzzer or bound or pytrees or horizontal or deep_chains or autodiff or char_lstm or wide_access or too_many_inputs or (add and float16) or (add and float32) or (sigmoid and float32) or recomputing"}
+QUICK_K=${QUICK_K:-"arithmetic_views or repeated_gemms or transposed_tiles or lstm or interop or launch or cache or float16_and_bool or reduction_kinds_once or jit or graph or in_place or element_reads or program_fuzzer or bound or pytrees or horizontal or deep_chains or autodiff or char_lstm or wide_access or too_many_inputs or (add and float16) or (add and float32) or (sigmoid and float32) or recomputing"}
 run() { local name=$1; shift; echo "=== $name"; local t=$SECONDS; timeout "${LIMIT:-300}" "$@" > "$OUT/$name.log" 2>&1; local rc=$?; echo "[$name rc=$rc $((SECONDS-t))s]"; tail -n "${TAILN:-25}" "$OUT/$name.log"; }
 for p in $parts; do
   case $p in

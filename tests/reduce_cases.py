@@ -69,12 +69,15 @@ def compare(got, want, scale, what):
                                err_msg=what)  # fmt: skip
 
 
-def check_kinds(device, rng, shapes, dtypes, kinds=KINDS, view=True):
-    """Every kind x axis (None, each axis, negative, pairs) x keepdims; returns the count."""
+def check_kinds(device, rng, shapes, dtypes, kinds=KINDS, view=True, axes=None):
+    """Every kind x axis (None, each axis, negative, pairs; or ``axes``) x keepdims; returns the count."""
     count = 0
+    only = axes
     for shape in shapes:
         nd = len(shape)
         axes = [None, *range(nd), -1] + ([(0, nd - 1)] if nd > 1 else []) + ([(0, 1)] if nd > 2 else [])
+        if only is not None:
+            axes = list(only)
         for dt in dtypes:
             for kind in kinds:
                 if view:  # a strided view with a negative step

@@ -321,6 +321,14 @@ def test_reductions_every_kind_on_gpu(dtype, rng):
     assert rc.check_kinds("cuda", rng, [(7,), (3, 4, 5), (5, 300)], [dtype]) > 0
 
 
+def test_reduction_kinds_once_on_gpu(rng):
+    """Every reduction kind once in float16 along a row (the quick GPU subset's reduction check;
+    the test above runs every axis in five dtypes)."""
+    import reduce_cases as rc
+
+    assert rc.check_kinds("cuda", rng, [(5, 300)], ["float16"], axes=[-1]) > 0
+
+
 @pytest.mark.parametrize("threads,rows", [(0, 1), (1, 1), (8, 1), (64, 1), (1024, 1), (64, 4), (0, 2)])
 def test_reduction_patterns_on_gpu(threads, rows, rng):
     import reduce_cases as rc
