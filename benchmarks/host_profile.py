@@ -1,5 +1,6 @@
 """Where host time goes: cProfile of the per-step hot paths (evaluate ``a*b+c``, a jitted
-``a*b+c`` replay, an eager LSTM step), top functions by own time. Complements
+``a*b+c`` replay, an eager LSTM step, a jitted LSTM step fed its own state), top functions by own
+time. Complements
 ``host_overhead.py`` (which times them unprofiled).
 
     python benchmarks/host_profile.py --device cuda
@@ -28,7 +29,8 @@ import fusetree as ft
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    ap.add_argument("--cases", default="evaluate,jit,lstm")
+    ap.add_argument("--cases", default="evaluate,jit,lstm,jitlstm")
+    ap.add_argument("--shape", help="LSTM BxH (default 16x64 on the CPU, 64x512 on CUDA)")
     ap.add_argument("--n", type=int, default=3000, help="profiled calls per case")
     ap.add_argument("--top", type=int, default=22)
     a = ap.parse_args(argv)
@@ -42,15 +44,24 @@ def main(argv: list[str] | None = None) -> None:
     A, B, C = (ft.asarray(conv(rng.random(4096, dtype=np.float32))) for _ in range(3))
     jabc = ft.jit(lambda x, y, z: x * y + z)
     Bsz, H = (16, 64) if a.device == "cpu" else (64, 512)
+    if a.shape:
+        Bsz, H = (int(v) for v in a.shape.split("x"))
     lstm_in = [ft.asarray(conv(v)) for v in make_inputs(rng, Bsz, H)]
 
     def lstm() -> None:
         ft.evaluate(*lstm_step(*lstm_in, xp=ft))
 
+    jstep = ft.jit(lambda *args: lstm_step(*args, xp=ft))
+    state = lstm_in[1:3]
+
+    def jitlstm() -> None:  # the step's outputs are the next step's state (new arrays each call)
+        state[:] = jstep(lstm_in[0], state[0], state[1], *lstm_in[3:])
+
     cases = {
         "evaluate": lambda: ft.evaluate(A * B + C),
         "jit": lambda: jabc(A, B, C),
         "lstm": lstm,
+        "jitlstm": jitlstm,
     }
     for name in a.cases.split(","):
         fn = cases[name]

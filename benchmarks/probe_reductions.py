@@ -5,7 +5,7 @@ Each variant is a set of options (``reduce_held``, ``reduce_rows_per_block``, ``
 jitted calls, warm-up excluded, median of repeats) and compared with a device copy of the same
 bytes (read x, write y) timed the same way in the same run. Results are checked against NumPy.
 
-    python benchmarks/probe_reductions.py [--shapes 4096x4096,64x128x1024,128x512] [--held 16,32] [--rows 1,2]
+    python benchmarks/probe_reductions.py [--shapes 4096x4096,64x128x1024,128x512] [--held 16,32] [--rows 1,2] [--threads 0,64]
     python benchmarks/probe_reductions.py --src /path/to/older/checkout --held 32 --rows 1   # a baseline
 """
 
@@ -71,12 +71,14 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("--remat", default="0", help="reduce_remat values (0,1; 0 alone for an older checkout)")
     p.add_argument("--maxreg", default="0", help="reduce_max_registers values (0: ptxas chooses)")
+    p.add_argument("--threads", default="0", help="reduce_threads values (0: frame_config chooses)")
     p.add_argument("--src", help="the checkout whose fusetree is timed (default: this one)")
     a = p.parse_args(argv)
     held = [int(v) for v in a.held.split(",")]
     rpb = [int(v) for v in a.rows.split(",")]
     remat = [bool(int(v)) for v in a.remat.split(",")]
     maxreg = [int(v) for v in a.maxreg.split(",")]
+    threads = [int(v) for v in a.threads.split(",")]
     print(f"fusetree from {os.path.dirname(ft.__file__)}")
     rng = np.random.default_rng(0)
     for shape_s in a.shapes.split(","):
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
             for op in ("softmax", "layernorm"):
                 want = reference(op, hx, hw.astype(np.float64), hb.astype(np.float64))
                 best = None
-                for h, r, rm, mr in itertools.product(held, rpb, remat, maxreg):
+                for h, r, rm, mr, th in itertools.product(held, rpb, remat, maxreg, threads):
                     opts: dict = dict(reduce_held=h)
                     if r != 1:
                         opts["reduce_rows_per_block"] = r
@@ -103,6 +105,8 @@ def main(argv: list[str] | None = None) -> None:
                         opts["reduce_remat"] = True
                     if mr:
                         opts["reduce_max_registers"] = mr
+                    if th:
+                        opts["reduce_threads"] = th
                     with ft.options(**opts):
                         if op == "softmax":
                             f = ft.jit(lambda t: ft.softmax(t))
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
                         f"held={h:2d} rows/block={r}"
                         + (" remat" if rm else "")
                         + (f" maxreg={mr}" if mr else "")
+                        + (f" threads={th}" if th else "")
                     )
                     print(f"{op:9s} {tag}: {us:7.1f} us  {pct:5.1f}% of copy  err {err:.1e}", flush=True)
                     if best is None or us < best[0]:

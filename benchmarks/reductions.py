@@ -228,6 +228,9 @@ def run(args) -> list[Record]:
                         gbps = nbytes / us / 1e3
                         recs.append(Record(op, "x".join(map(str, shape)), dt, name, us, gbps,
                                            100 * gbps / copy_gbps, launches, err))  # fmt: skip
+                        print(f"  {op} {recs[-1].shape} {dt} {name}: {us:.1f} us ({recs[-1].pct_copy:.0f}% of copy)",
+                              flush=True)  # fmt: skip
+                        # (rows printed as they come: a run cut off by a time limit keeps them)
                     except Exception as e:
                         recs.append(Record(op, "x".join(map(str, shape)), dt, name, float("nan"), float("nan"),
                                            float("nan"), None, float("nan"), f"failed: {type(e).__name__}: {e}"[:160]))  # fmt: skip

@@ -7,8 +7,9 @@ reversed), augmented assignments (``x += e``, ``x[::2] *= e``), element reads (`
 :func:`check_program` runs it
 
 * in NumPy (the reference, same dtype),
-* eagerly, with ``fuse=False``, under ``ft.jit`` (three calls: trace, then two replays on new
-  values: fresh arrays, or the same arrays refilled) and under ``ft.jit(graph=True)``,
+* eagerly, with ``fuse=False``, under ``ft.jit`` (four calls: trace, then three replays on new
+  values: fresh arrays or the same arrays refilled, fresh, then those same arrays refilled, which
+  takes a replay's short path on the very same arrays) and under ``ft.jit(graph=True)``,
 
 and compares every array the program touched: the caller's buffers after each call and every
 value the program made. Programs that read values cannot be traced: under ``ft.jit`` they must
@@ -520,7 +521,7 @@ def check_program(prog: Program, modes: tuple[str, ...] = MODES, device: str = "
     rng = np.random.default_rng(prog.seed + 1_000_003)
     counts: dict[str, int] = {}
     for mode in modes:
-        calls = 3 if mode in ("jit", "graph") else 1
+        calls = 4 if mode in ("jit", "graph") else 1
         if mode in ("jit", "graph"):
             fn = ft.jit(graph=mode == "graph")(lambda *a: run_program(prog, ft, list(a)))
         bases_dev: list[Any] | None = None
@@ -528,7 +529,7 @@ def check_program(prog: Program, modes: tuple[str, ...] = MODES, device: str = "
         for call in range(calls):
             host = _fill(rng, prog)
             ref_bases, ref_made = _reference(prog, host)
-            if bases_dev is None or call == 2 or rng.random() < 0.5:
+            if bases_dev is None or call == 2 or (call != 3 and rng.random() < 0.5):
                 bases_dev = [_to_device(b, device) for b in host]  # fresh arrays
             else:  # the same arrays, refilled
                 for d, h in zip(bases_dev, host):

@@ -743,6 +743,26 @@ def test_jit_quick_replay_on_gpu_follows_rebinding_and_fresh_outputs(rng):
     assert len({o[0]._node.ptr for o in outs}) == len(outs)
 
 
+def test_jit_gemm_quick_replay_on_gpu(rng):
+    """The short replay of a trace with GEMMs (Trace.quick: cuBLAS products, then launches
+    patched with their pointers) on the GPU, checked as on the CPU (test_jit.py)."""
+    import cupy as cp
+    from test_jit import check_gemm_short_path
+
+    trace = check_gemm_short_path(rng, "float32", cp.asarray, cp.asnumpy)
+    assert trace.quick is not None
+
+
+def test_jit_state_fed_back_on_gpu(rng):
+    """A jitted LSTM step fed its own outputs: the short program (Trace.quick) writes the new
+    arguments' pointers, checked against NumPy every step (test_jit.py)."""
+    import cupy as cp
+    from test_jit import check_fed_back_state
+
+    f = check_fed_back_state(rng, cp.asarray)
+    assert f._last.trace.quick is not None
+
+
 def test_jit_pytrees_and_static_arguments_on_gpu(rng):
     import cupy as cp
 

@@ -257,3 +257,87 @@ def test_one_launch_closure_follows_rebinding_between_argument_sets(dtype, rng):
         want = (a.astype(np.float64) * b + c).astype(dtype)
         np.testing.assert_allclose(out.numpy(), want, rtol=tol, atol=tol)
     assert len({id(o) for o, _ in outs}) == len(outs)
+
+
+def _layers(x, W1, b1, W2, h, U):
+    """Two GEMM layers: the first's product read through four gate-like column slices (views of
+    the GEMM's output), the second's operand an earlier kernel's output (memory made in the replay)."""
+    g = x @ W1 + h @ U + b1
+    n = g.shape[1] // 4
+    y = ft.tanh(g[:, :n]) * ft.sigmoid(g[:, n : 2 * n]) + g[:, 2 * n : 3 * n] - g[:, 3 * n :]
+    z = y @ W2
+    return y, ft.maximum(z, 0) * 2
+
+
+def _layers_np(x, W1, b1, W2, h, U):
+    x, W1, b1, W2, h, U = (a.astype(np.float64) for a in (x, W1, b1, W2, h, U))
+    g = x @ W1 + h @ U + b1
+    n = g.shape[1] // 4
+    y = np.tanh(g[:, :n]) / (1 + np.exp(-g[:, n : 2 * n])) + g[:, 2 * n : 3 * n] - g[:, 3 * n :]
+    return y, np.maximum(y @ W2, 0) * 2
+
+
+def check_gemm_short_path(rng, dtype, to_device=np.asarray, to_host=np.asarray):
+    """A trace with GEMMs (a folded x@W + h@U read through column slices, a second GEMM of a
+    kernel's output) replays on the very same arrays through the short path: GEMM operands as the
+    last general replay bound them, launches re-bound to this replay's products. Values written
+    into the arguments between calls are read; switching argument sets and back rebinds; every
+    call's results are its own. Returns the trace."""
+    B, D, H = 5, 6, 8
+    f = ft.jit(_layers)
+    shapes = [(B, D), (D, 4 * H), (4 * H,), (H, 3), (B, H), (H, 4 * H)]
+    devs = [[to_device(rng.standard_normal(s).astype(dtype)) for s in shapes] for _ in range(2)]
+    fts = [[ft.asarray(x) for x in s] for s in devs]
+    outs = []
+    for k in (0, 0, 0, 0, 1, 1, 1, 0, 0, 1):
+        devs[k][0][...] = to_device(rng.standard_normal((B, D)).astype(dtype))  # new values, same buffers
+        devs[k][3][...] = to_device(rng.standard_normal((H, 3)).astype(dtype))
+        ft.reset_stats()
+        y, z = f(*fts[k])
+        st = ft.stats()
+        assert (st["kernels"], st["gemms"]) == (2, 3), st
+        outs.append(((y, z), [to_host(x).copy() for x in devs[k]]))
+    assert f._last.trace.fast, "the short path did not run"
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    for (y, z), args in outs:
+        wy, wz = _layers_np(*args)
+        np.testing.assert_allclose(y.numpy(), wy, rtol=tol, atol=tol)
+        np.testing.assert_allclose(z.numpy(), wz, rtol=tol, atol=tol)
+    assert len({id(y) for (y, _), _ in outs}) == len(outs)
+    return f._last.trace
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gemm_traces_replay_on_the_same_arrays_through_the_short_path(dtype, rng):
+    check_gemm_short_path(rng, dtype)
+
+
+def check_fed_back_state(rng, to_device=np.asarray, steps=8):
+    """An LSTM step under ft.jit fed its own outputs (new arrays with the previous call's
+    signature each step: the short program re-binds only those arguments' slots), checked
+    against float64 NumPy every step; a call in between on arguments that overlap (the same
+    array twice: another signature) and a return to the chain must each give their own values.
+    Returns the jitted function."""
+    from lstm_ref import reference, rel_err
+
+    inputs = make_inputs(rng, 4, 8)
+    x, h, c, Wx, Wh, b = (ft.asarray(to_device(a)) for a in inputs)
+    f = ft.jit(lambda *a: lstm_step(*a, xp=ft))
+    short = []
+    general = f._replay_changed
+    f._replay_changed = lambda *a: (short.append(1), general(*a))[1]  # counts the short replays
+    hr, cr = (a.astype(np.float64) for a in inputs[1:3])
+    for k in range(steps):
+        h, c = f(x, h, c, Wx, Wh, b)
+        hr, cr = reference(inputs[0], hr, cr, *inputs[3:])
+        assert rel_err(h.numpy(), hr) < 1e-5 and rel_err(c.numpy(), cr) < 1e-5, k
+        if k == steps // 2:  # h passed as both states: the arguments overlap
+            h2, c2 = f(x, h, h, Wx, Wh, b)
+            want = reference(inputs[0], h.numpy(), h.numpy(), *inputs[3:])
+            assert rel_err(h2.numpy(), want[0]) < 1e-5 and rel_err(c2.numpy(), want[1]) < 1e-5
+    assert f._last.trace.fast and len(short) >= steps - 4, ("the short program did not run", len(short))
+    return f
+
+
+def test_state_fed_back_replays_through_the_short_program(rng):
+    check_fed_back_state(rng)

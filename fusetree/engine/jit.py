@@ -14,6 +14,7 @@ depend on argument *values* (``if float(x) > 0``) cannot be traced and raises.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 import threading
 from dataclasses import dataclass, field
@@ -122,6 +123,10 @@ class Trace:
     # (a CUDA trace: ``quick`` runs it)
     fast: Any = None
     quick: Any = None  # the fast program as a closure, where there is one (see _fast_program)
+    fixed: frozenset[int] = frozenset()  # roots that are arguments or constants (set by _prepare)
+    # per GEMM op (by position in ops): its operands as the last general replay bound them, None
+    # for those over memory the replay made (a fast replay re-views those)
+    gemm_bound: dict[int, list] = field(default_factory=dict)
 
     @property
     def written_inputs(self) -> tuple[int, ...]:
@@ -289,13 +294,47 @@ class _LastCall(NamedTuple):
     nodes: tuple  # the array arguments' buffer nodes
     trace: Trace
     flat: bool  # positional arrays only, no static arguments: checked before any flattening
+    apart: bool = False  # no two arguments' memory overlaps (the signature lists no overlap)
 
     @staticmethod
-    def of(tree: Any, static: tuple, leaves: list, trace: Trace) -> _LastCall | None:
+    def of(tree: Any, static: tuple, leaves: list, trace: Trace, apart: bool = False) -> _LastCall | None:
         if not all(isinstance(a, Array) and a._node.op == "buffer" for a in leaves):
             return None  # Python values or pending arrays: the full signature every call
         flat = not static and tree == pytree.flat_call_tree(len(leaves))
-        return _LastCall(tree, static, tuple(map(_node_of, leaves)), trace, flat)
+        return _LastCall(tree, static, tuple(map(_node_of, leaves)), trace, flat, apart)
+
+    def near(self, args: tuple) -> list[int] | None:
+        """The positions of ``args`` (positional arrays, as in this call) whose buffer node is new
+        but has this call's signature: the same device, shape, dtype and strides, and memory
+        apart from every other argument's as this call's was (an RNN step fed its previous
+        outputs). None when some argument differs otherwise (the full signature decides)."""
+        if not self.apart:
+            return None
+        changed = []
+        nodes = self.nodes
+        for k, a in enumerate(args):
+            n = getattr(a, "_node", None)
+            o = nodes[k]
+            if n is o:
+                continue
+            if (
+                n is None
+                or n.op != "buffer"
+                or n.shape != o.shape
+                or n.dtype != o.dtype
+                or n.device != o.device
+                or n.data.strides != o.data.strides
+            ):
+                return None
+            changed.append(k)
+        if changed:
+            spans = [a._node.span for a in args]
+            for k in changed:
+                lo, hi = spans[k]
+                for j, (lo_j, hi_j) in enumerate(spans):
+                    if lo < hi_j and lo_j < hi and j != k:
+                        return None
+        return changed
 
     def same(self, args: Any) -> bool:
         """Whether ``args`` are arrays over this call's very nodes."""
@@ -337,6 +376,21 @@ class JitFunction:
                 quick = trace.quick
                 return quick() if quick is not None else self._replay_fast(trace, trace.fast)
             return self._replay_call(trace, args, last)
+        if (
+            last is not None
+            and last.flat
+            and not kwargs
+            and not STORES
+            and not self.graph
+            and len(args) == len(last.nodes)
+            and last.trace.fast is not False
+            and last.trace.replayed is last
+        ):  # some arguments are new arrays like the previous call's (an RNN's state fed back)
+            changed = last.near(args)
+            if changed is not None and (last.trace.fast or _fast_program(last.trace)):
+                out = self._replay_changed(last, args, changed)
+                if out is not _GENERAL:
+                    return out
         nums, names = self.static_argnums, self.static_argnames
         if nums or names:
             static: tuple[tuple[Any, Any], ...] = tuple((i, a) for i, a in enumerate(args) if i in nums)
@@ -380,10 +434,50 @@ class JitFunction:
                 self._last = None
                 return self._trace(sig, tuple(leaves), tree, static)
             trace = found
-            last = self._last = _LastCall.of(tree, static, leaves, trace)
+            last = self._last = _LastCall.of(
+                tree, static, leaves, trace, not any(e[0] != "value" and e[-1] for e in sig[2])
+            )
         if self.graph:
             return self._graph_replay(trace, tuple(leaves), last)
         return self._replay_call(trace, tuple(leaves), last)
+
+    def _replay_changed(self, last: _LastCall, args: tuple, changed: list[int]) -> Any:
+        """Replay ``last.trace`` (whose short program ran last on ``last``'s arguments) on
+        ``args``, which are those but for new arrays of the same signature at ``changed``
+        positions: the short program re-binds their slots only. _GENERAL (nothing run) when a new
+        array's memory cannot be bound so."""
+        trace = last.trace
+        be = backends.get(trace.device)
+        new: dict[int, tuple] = {}
+        host = trace.fast is not True
+        for k in changed:
+            node = args[k]._node
+            if host:
+                bound = node.bound
+                if bound is None:
+                    bound = node.bound = {}
+                bi = bound.get("replay")
+                if bi is None:
+                    bi = bound["replay"] = be.replay_root(node.data)
+                if bi is None or bi[0].itemsize != node.dtype.itemsize:
+                    return _GENERAL
+                new[k] = (node.data, *bi)
+            else:
+                new[k] = (node.data, node.ptr)
+        now = last._replace(nodes=tuple(map(_node_of, args)))
+        trace.replayed = None  # (stays None if the replay fails: the next one re-binds everything)
+        if host:
+            out = self._replay_fast(trace, trace.fast, new)
+        else:
+            out = trace.quick(new)
+            roots = self._last_roots
+            for k, (data, _) in new.items():
+                roots[k] = data
+        nodes = self._last_nodes
+        for k in changed:
+            nodes[k] = args[k]._node
+        self._last = trace.replayed = now
+        return out
 
     def _replay_call(self, trace: Trace, args: tuple, last: _LastCall | None) -> Any:
         """Replay ``trace`` on ``args`` (``last``: their _LastCall record, if any)."""
@@ -542,7 +636,8 @@ class JitFunction:
         is_fixed = fixed is not None
         run = replay.run
         stream = be.stream_ptr()
-        for op, launch in zip(trace.ops, prepared):
+        fixed_roots = trace.fixed
+        for i, (op, launch) in enumerate(zip(trace.ops, prepared)):
             if launch is not None and run(be, launch, roots, nodes, is_fixed, same, stream):
                 n_launch += 1
                 n_kernel += 1
@@ -567,6 +662,7 @@ class JitFunction:
                 horizontal.launch(be, op.launcher, last[1], sum(op.sizes))  # counts its launch
             elif isinstance(op, Gemm):
                 ops = [_as_array(be, roots, d) for d in op.operands]
+                trace.gemm_bound[i] = [o if d.root in fixed_roots else None for o, d in zip(ops, op.operands)]
                 roots[op.out] = executor.gemm_sum(be, ops, roots[op.out] if fixed is not None else None)
                 n_launch += len(ops) // 2
                 n_gemm += len(ops) // 2
@@ -601,24 +697,45 @@ class JitFunction:
                     )
         return pytree.unflatten(trace.out_tree, results)
 
-    def _replay_fast(self, trace: Trace, prog: list[tuple]) -> Any:
+    def _replay_fast(self, trace: Trace, prog: list[tuple], new: dict[int, tuple] | None = None) -> Any:
         """:meth:`_replay` on the previous replay's very arguments, for a trace of host launches
-        whose bound argument lists hold but for their fresh outputs: allocate those, call, wrap."""
+        whose bound argument lists hold but for their fresh outputs and the memory earlier ops
+        made (re-bound), and of GEMMs (operands as the last general replay bound them): run them
+        in order, wrap the results. ``new``: arguments that are new arrays like the previous
+        ones, {position: (array, 1-D base, element offset)}: their slots are re-bound too."""
         roots = list(self._last_roots)
-        for launch, call, fresh in prog:
+        if new:
+            for k, (data, _, _) in new.items():
+                roots[k] = data
+        n_gemm = n_kernel = 0
+        for step in prog:
+            if type(step) is _GemmStep:
+                roots[step.out] = executor.gemm_sum(step.be, _gemm_operands(trace, step, roots, new))
+                n_gemm += step.products
+                continue
+            n_kernel += 1
+            launch, call, fresh, reads, by_arg = step
             vals = launch.vals
+            if new:
+                for k, (_, base, eoff) in new.items():
+                    for p in by_arg.get(k, ()):
+                        replay.bind_patch(vals, p, base, eoff)
             for slot, r, shape, dtype, conv in fresh:
                 o = roots[r] = np.empty(shape, dtype)
                 vals[slot] = o if conv is None else conv(o)
+            if reads:
+                replay.bind_reads(vals, reads, roots)
             if call is None:
                 launch.launcher(launch.n, vals)
             else:
                 call(*vals)
-            for slot, _, _, _, _ in fresh:
+            for slot, *_ in fresh:
                 vals[slot] = None  # (the caller owns the result; the list must not keep it alive)
-        n = len(prog)
-        STATS["launches"] += n
-        STATS["kernels"] += n
+            for slot, *_ in reads:
+                vals[slot] = None
+        STATS["launches"] += n_kernel + n_gemm
+        STATS["kernels"] += n_kernel
+        STATS["gemms"] += n_gemm
         STATS["replays"] += 1
         self._last_roots = roots
         device = trace.device
@@ -629,34 +746,93 @@ class JitFunction:
         return results[0] if trace.out_tree is pytree.LEAF else pytree.unflatten(trace.out_tree, results)
 
 
+_GENERAL = object()  # _replay_changed's answer when the general replay must run
+
+
+class _GemmStep(NamedTuple):
+    """A GEMM of a fast replay (see :func:`_fast_program`)."""
+
+    op_index: int  # the op's position in the trace (its bound operands: Trace.gemm_bound[op_index])
+    out: int  # the root it makes
+    made: tuple[tuple[int, Desc], ...]  # (operand position, desc) over memory made in the replay
+    products: int
+    be: Any
+    by_arg: dict[int, tuple[tuple[int, Desc], ...]]  # argument root -> (operand position, desc)
+
+
+def _gemm_operands(trace: Trace, step: _GemmStep, roots: Any, new: dict | None = None) -> list[Any]:
+    """A fast replay's GEMM operands: as the last general replay bound them, but those over
+    memory this replay made and over ``new`` arguments (re-viewed on ``roots``; the latter kept
+    for the next replay)."""
+    bound = trace.gemm_bound[step.op_index]
+    ops = bound
+    if step.made:
+        ops = list(ops)
+        for k, d in step.made:
+            ops[k] = _as_array(step.be, roots, d)
+    if new:
+        for r in new:
+            for k, d in step.by_arg.get(r, ()):
+                if ops is bound:
+                    ops = list(ops)
+                ops[k] = bound[k] = _as_array(step.be, roots, d)
+    return ops
+
+
 def _fast_program(trace: Trace) -> list[tuple] | bool | None:
     """What a replay on the previous replay's very arguments runs (``Trace.fast``), and the
-    closure that runs it (``Trace.quick``). Host: per op (launch, its kernel function to call
-    directly or None for the launcher, its fresh outputs: ``Launch.fresh``), run by
-    :meth:`JitFunction._replay_fast` (or the one-launch closure). CUDA: :func:`_device_quick`.
-    None while a launch has not been bound by a general replay yet; False (kept) for a trace that
-    needs the general replay: a GEMM, a copy, a horizontal kernel, a host launch reading another's
-    output, a created array, or a result that is not a fresh output entire."""
+    closure that runs it (``Trace.quick``). Host: per op a :class:`_GemmStep` or (launch, its
+    kernel function to call directly or None for the launcher, its fresh outputs and reads:
+    ``Launch.fresh``, ``Launch.reads``), run by :meth:`JitFunction._replay_fast` (or the
+    one-launch closure). CUDA: :func:`_device_quick`. None while a launch or GEMM has not been
+    bound by a general replay yet; False (kept) for a trace that needs the general replay: a
+    copy, a horizontal kernel, a batched product, a host launch reading memory neither an
+    argument nor made by an earlier op, a created array, or a result that is not a fresh kernel
+    output entire."""
     prepared = trace.prepared
     if prepared is None:
         return None
     if trace.allocs or not all(d is None or w for (d, _), w in zip(trace.results, trace.whole)):
         trace.fast = False
         return False
-    if prepared and all(launch is not None and launch.params is not None for launch in prepared):
-        if any(launch.last is None and not launch.static for launch in prepared):
+    be = backends.get(trace.device)
+    gemms = []
+    for i, op in enumerate(trace.ops):
+        if isinstance(op, Gemm):
+            if _gemm_made(op) is None:
+                trace.fast = False
+                return False
+            if i not in trace.gemm_bound:
+                return None
+            made = tuple((k, d) for k, d in enumerate(op.operands) if d.root not in trace.fixed)
+            by_arg: dict[int, tuple] = {}
+            for k, d in enumerate(op.operands):
+                if d.root < trace.n_inputs:
+                    by_arg[d.root] = (*by_arg.get(d.root, ()), (k, d))
+            gemms.append(_GemmStep(i, op.out, made, len(op.operands) // 2, be, by_arg))
+        elif prepared[i] is None:
+            trace.fast = False
+            return False
+    launches = [launch for launch in prepared if launch is not None]
+    if launches and all(launch.params is not None for launch in launches):
+        if any(launch.last is None and not launch.static for launch in launches):
             return None
-        trace.quick = _device_quick(trace)
+        trace.quick = _device_quick(trace, gemms)
         trace.fast = trace.quick is not None
         return trace.fast
-    prog = []
+    prog: list[tuple] = []
+    steps = iter(gemms)
     for launch in prepared:
-        if launch is None or launch.params is not None or launch.fresh is None:
+        if launch is None:
+            prog.append(next(steps))
+            continue
+        if launch.params is not None or launch.fresh is None:
             trace.fast = False
             return False
         if launch.vals is None:
             return None
-        prog.append((launch, launch.launcher.direct(launch.n), launch.fresh))
+        prog.append((launch, launch.launcher.direct(launch.n), launch.fresh, launch.reads,
+                     _by_argument(trace, launch, lambda p: p)))  # fmt: skip
     trace.fast = prog
     trace.quick = _one_launch(trace, prog)
     return prog
@@ -668,9 +844,11 @@ def _one_launch(trace: Trace, prog: list[tuple]) -> Any:
     a, b, c: a * b + c)``): allocate, call, wrap, nothing walked. None for any other program."""
     if len(prog) != 1 or trace.out_tree is not pytree.LEAF or len(trace.results) != 1:
         return None
-    launch, call, fresh = prog[0]
+    if type(prog[0]) is _GemmStep:
+        return None
+    launch, call, fresh, reads, _ = prog[0]
     (d, _), whole = trace.results[0], trace.whole[0]
-    if call is None or len(fresh) != 1 or d is None or not whole:
+    if call is None or len(fresh) != 1 or reads or d is None or not whole:
         return None
     slot, root, shape, dtype, conv = fresh[0]
     if d.root != root:
@@ -691,19 +869,37 @@ def _one_launch(trace: Trace, prog: list[tuple]) -> Any:
     return one
 
 
-def _device_quick(trace: Trace) -> Any:
-    """A replay on the previous replay's very arguments for a trace of prepared CUDA launches:
-    their parameter buffers hold every argument's and constant's pointer already, so per launch it
-    allocates the outputs the launch makes, writes their pointers (and those of earlier launches'
-    fresh outputs it reads) into its buffer, and launches. None when a launch reads memory that
-    is neither an argument, a constant nor a fresh output of the trace."""
+def _by_argument(trace: Trace, launch: replay.Launch, item: Any) -> dict[int, tuple]:
+    """A launch's patches on argument roots, grouped by root (``item`` of each patch)."""
+    out: dict[int, tuple] = {}
+    for p in launch.patches:
+        if p.root < trace.n_inputs:
+            out[p.root] = (*out.get(p.root, ()), item(p))
+    return out
+
+
+def _device_quick(trace: Trace, gemms: list[_GemmStep]) -> Any:
+    """A replay on the previous replay's very arguments for a trace of prepared CUDA launches and
+    GEMMs: the launches' parameter buffers hold every argument's and constant's pointer already,
+    so per launch it allocates the outputs the launch makes, writes their pointers (and those of
+    memory earlier ops made that it reads) into its buffer, and launches; a GEMM takes the
+    operands the last general replay bound. None when a launch reads memory that is neither an
+    argument, a constant nor made by an earlier op."""
     prepared = trace.prepared
     assert prepared is not None
     be = backends.get(trace.device)
-    fixed = set(range(trace.n_inputs)) | {i for i, _ in trace.constants}
+    fixed = trace.fixed
     fresh: set[int] = set()
-    prog = []
+    prog: list[tuple] = []
+    steps = iter(gemms)
     for launch in prepared:
+        if launch is None:
+            step = next(steps)
+            if any(d.root not in fresh for _, d in step.made):
+                return None
+            fresh.add(step.out)
+            prog.append(step)
+            continue
         fresh.update(r for r, _, _ in launch.new)
         patches = []
         for p in launch.patches:
@@ -711,13 +907,16 @@ def _device_quick(trace: Trace) -> Any:
                 patches.append((p.slot, p.root, p.offset))
             elif p.root not in fixed:
                 return None
-        prog.append((launch, launch.params, tuple(launch.new), tuple(patches)))
+        by_arg = _by_argument(trace, launch, lambda p: (p.slot, p.offset))
+        prog.append((launch, launch.params, tuple(launch.new), tuple(patches), by_arg))
     results = []
     for (d, v), whole in zip(trace.results, trace.whole):
         if d is not None and (not whole or d.root not in fresh):
             return None
         results.append((d, v))
-    n, device, leaf, out_tree = len(prog), trace.device, trace.out_tree is pytree.LEAF, trace.out_tree
+    n_gemm = sum(step.products for step in gemms)
+    n_kernel = len(prog) - len(gemms)
+    device, leaf, out_tree = trace.device, trace.out_tree is pytree.LEAF, trace.out_tree
     empty, ptr, set_ptr, launch_params, stream_ptr = (
         be.empty,
         be.ptr,
@@ -725,20 +924,36 @@ def _device_quick(trace: Trace) -> Any:
         be.launch_params,
         be.stream_ptr,
     )
+    gemm_sum = executor.gemm_sum
 
-    def quick() -> Any:
+    def quick(args: dict[int, tuple] | None = None) -> Any:
+        """``args``: arguments that are new arrays like the previous call's, {position: (array,
+        address)}: their pointers are written too."""
         stream = stream_ptr()
         made: dict[int, Any] = {}
-        for launch, params, new, patches in prog:
+        if args:
+            for k, (data, _) in args.items():
+                made[k] = data
+        for step in prog:
+            if type(step) is _GemmStep:
+                made[step.out] = gemm_sum(be, _gemm_operands(trace, step, made, args))
+                continue
+            launch, params, new, patches, by_arg = step
             for r, shape, dtype in new:
                 made[r] = empty(shape, dtype)
+            if args:
+                for k, (_, address) in args.items():
+                    for slot, offset in by_arg.get(k, ()):
+                        set_ptr(params, slot, address + offset)
+                launch.last = None
             if patches:
                 for slot, r, offset in patches:
                     set_ptr(params, slot, ptr(made[r]) + offset)
                 launch.last = None  # (the general replay re-writes every pointer)
             launch_params(params, stream)
-        STATS["launches"] += n
-        STATS["kernels"] += n
+        STATS["launches"] += n_kernel + n_gemm
+        STATS["kernels"] += n_kernel
+        STATS["gemms"] += n_gemm
         STATS["replays"] += 1
         out = [
             v if d is None else wrap(make_contiguous(made[d.root], device, d.shape, d.dtype))
@@ -978,20 +1193,57 @@ def _prepare(trace: Trace, be: Any) -> list:
                 for o in op.outputs if o.new}  # fmt: skip
         trace.whole = [d is not None and d.offset == 0 and made.get(d.root) == (d.shape, d.dtype)
                        for d, _ in trace.results]  # fmt: skip
-        fixed_roots = set(range(trace.n_inputs)) | {i for i, _ in trace.constants}
-        for launch in prepared:
+        fixed_roots = trace.fixed = frozenset(range(trace.n_inputs)) | {i for i, _ in trace.constants}
+        earlier: dict[int, tuple] = {}  # roots made by the ops before: (shape, dtype) of a fresh C array
+        for op, launch in zip(trace.ops, prepared):
+            if isinstance(op, Gemm):
+                product = _gemm_made(op)
+                if product is not None:
+                    earlier[op.out] = product
             if launch is None:
                 continue
             launch.static = not launch.new and all(p.root in fixed_roots for p in launch.patches)
             own = {r: (shape, dtype) for r, shape, dtype in launch.new}
             if launch.params is None and all(
-                p.root in fixed_roots or (p.root in own and p.kind == "flat" and p.offset == 0)
+                p.root in fixed_roots
+                or (p.root in own and p.kind == "flat" and p.offset == 0)
+                or (p.root in earlier and p.root not in own)
                 for p in launch.patches
             ):  # host: its binding holds for a replay on the same arrays but for its outputs
                 launch.fresh = [(p.slot, p.root, *own[p.root], be.fresh_arg(*own[p.root]))
                                 for p in launch.patches if p.root in own]  # fmt: skip
+                launch.reads = [_host_read(be, p, *earlier[p.root]) for p in launch.patches
+                                if p.root in earlier and p.root not in own and p.kind != "eoff"]  # fmt: skip
+            earlier.update(own)
         trace.prepared = prepared
     return trace.prepared
+
+
+def _gemm_made(op: Gemm) -> tuple | None:
+    """(shape, dtype) of the fresh C-contiguous array a replay's GEMM op makes (its products of
+    2-D operands), or None for other products (a replay on the same arguments takes the
+    general path for launches reading them)."""
+    ds = op.operands
+    if any(len(d.shape) != 2 for d in ds):
+        return None
+    shape = (ds[0].shape[0], ds[1].shape[1])
+    dtype = np.result_type(ds[0].dtype, ds[1].dtype)
+    if any((a.shape[0], b.shape[1]) != shape or np.result_type(a.dtype, b.dtype) != dtype
+           for a, b in zip(ds[::2], ds[1::2])):  # fmt: skip
+        return None
+    return shape, dtype
+
+
+def _host_read(be: Any, p: replay.Patch, shape: tuple, dtype: np.dtype) -> tuple:
+    """(slot, root, conversion, lo, hi) binding a host launch's slot ``p`` to a root an earlier op
+    of the replay made (a fresh C-contiguous array of ``shape`` and ``dtype``): the conversion's
+    1-D view, whole ("base"; its element offset slot is fixed) or [lo:hi] ("flat")."""
+    conv = be.fresh_arg(shape, dtype)
+    if p.kind == "flat":
+        lo = p.offset // p.item
+        if not (lo == 0 and p.size == math.prod(shape)):
+            return (p.slot, p.root, conv, lo, lo + p.size)
+    return (p.slot, p.root, conv, None, None)
 
 
 def _allocate_created(trace: Trace, be: Any, roots: list[Any]) -> None:

@@ -52,7 +52,16 @@ def flatten(x: Any) -> tuple[list[Any], Any]:
 
 
 def unflatten(tree: Any, leaves: list[Any]) -> Any:
-    """The inverse of :func:`flatten`."""
+    """The inverse of :func:`flatten`.
+
+    >>> unflatten(("tuple", 2), [1, 2]), unflatten(("dict", ("a",), (LEAF,)), [3])
+    ((1, 2), {'a': 3})
+    """
+    if type(tree) is tuple and type(tree[-1]) is int:  # a flat sequence (a step's results): no walk
+        if tree[0] == "tuple":
+            return tuple(leaves)
+        if tree[0] == "list":
+            return list(leaves)
     it = iter(leaves)
 
     def go(node: Any) -> Any:

@@ -28,8 +28,8 @@ class Patch(NamedTuple):
 class Launch:
     """One recorded kernel launch, ready to replay (see :func:`prepare`)."""
 
-    __slots__ = ("block", "fresh", "grid", "last", "launcher", "n", "new", "params", "patches", "static",
-                 "template", "vals")  # fmt: skip
+    __slots__ = ("block", "fresh", "grid", "last", "launcher", "n", "new", "params", "patches", "reads",
+                 "static", "template", "vals")  # fmt: skip
 
     def __init__(self, launcher: Any, template: list, patches: list[Patch], new: list[tuple], n: int,
                  grid: int, block: int) -> None:  # fmt: skip
@@ -51,6 +51,10 @@ class Launch:
         # conv)], ``conv`` the backend's conversion of the new array into the argument (None: as is)
         self.fresh: list[tuple] | None = None
         self.vals: list | None = None
+        # host, with ``fresh``: the slots over memory an earlier op of the replay made (a GEMM's
+        # product, another launch's output), re-bound per replay: [(slot, root, conv, lo, hi)],
+        # the value ``conv(roots[root])`` (1-D), sliced [lo:hi] unless lo is None
+        self.reads: list[tuple] = []
 
 
 def _c_strides(shape: tuple, item: int) -> tuple:
@@ -163,9 +167,14 @@ def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool
         for slot, r, shape, dtype, conv in fresh:
             o = roots[r] = be.empty(shape, dtype)
             vals[slot] = o if conv is None else conv(o)
+        reads = launch.reads
+        if reads:
+            bind_reads(vals, reads, roots)
         launch.launcher(launch.n, vals)
         for slot, *_ in fresh:
             vals[slot] = None  # (the caller owns the result; the list must not keep it alive)
+        for slot, *_ in reads:
+            vals[slot] = None
         return True
     if not fixed:
         for r, shape, dtype in launch.new:
@@ -190,18 +199,33 @@ def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool
             if bi is None or (bi[0].itemsize != p.item and p.kind != "base"):
                 return False
             info[p.root] = bi
-        base, eoff = bi
-        if p.kind == "flat":
-            e = eoff + p.offset // p.item
-            # the whole allocation (an argument or output used entire): the base itself
-            vals[p.slot] = base if e == 0 and p.size == base.shape[0] else base[e : e + p.size]
-        elif p.kind == "base":
-            vals[p.slot] = base
-        else:
-            vals[p.slot] = eoff + p.offset // p.item
+        bind_patch(vals, p, *bi)
     launch.launcher(launch.n, vals)
     if fresh is not None and not fixed:
         for slot, *_ in fresh:
             vals[slot] = None
+        for slot, *_ in launch.reads:
+            vals[slot] = None
         launch.vals = vals
     return True
+
+
+def bind_patch(vals: list, p: Patch, base: Any, eoff: int) -> None:
+    """Bind host slot ``p`` on its root's 1-D ``base`` whose element ``eoff`` is the root's first."""
+    if p.kind == "flat":
+        e = eoff + p.offset // p.item
+        # the whole allocation (an argument or output used entire): the base itself
+        vals[p.slot] = base if e == 0 and p.size == base.shape[0] else base[e : e + p.size]
+    elif p.kind == "base":
+        vals[p.slot] = base
+    else:
+        vals[p.slot] = eoff + p.offset // p.item
+
+
+def bind_reads(vals: list, reads: list[tuple], roots: Any) -> None:
+    """Bind a host launch's ``reads`` (see :class:`Launch`) on this replay's ``roots``."""
+    for slot, r, conv, lo, hi in reads:
+        a = roots[r]
+        if conv is not None:
+            a = conv(a)
+        vals[slot] = a if lo is None else a[lo:hi]
