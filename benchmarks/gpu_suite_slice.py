@@ -26,7 +26,7 @@ import time
 
 BASE = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider"]
 SUMMARY = re.compile(r"\d+ (passed|failed|skipped|errors?)")
-RUN = ["-q", "-W", "ignore::DeprecationWarning", "--durations=5"]
+RUN = ["-v", "-W", "ignore::DeprecationWarning", "--durations=5"]
 
 
 # tests that compile hundreds of kernels (seconds each, measured in stop 31's suite with 14 processes)
@@ -107,7 +107,7 @@ def parallel(procs: int, logs: str, select: str | None = None, part: str | None 
         if not mine:
             continue
         log = open(os.path.join(logs, f"suite_{k}.log"), "w")
-        running[k] = (len(mine), log, subprocess.Popen([*BASE, *RUN, "-v", *mine], stdout=log, stderr=log))
+        running[k] = (len(mine), log, subprocess.Popen([*BASE, *RUN, *mine], stdout=log, stderr=log))
     rc = 0
     while running:
         for k, (count, log, p) in list(running.items()):

@@ -303,11 +303,14 @@ class _LastCall(NamedTuple):
         flat = not static and tree == pytree.flat_call_tree(len(leaves))
         return _LastCall(tree, static, tuple(map(_node_of, leaves)), trace, flat, apart)
 
-    def near(self, args: tuple) -> list[int] | None:
+    def near(self, args: tuple, fed: tuple = ()) -> list[int] | None:
         """The positions of ``args`` (positional arrays, as in this call) whose buffer node is new
         but has this call's signature: the same device, shape, dtype and strides, and memory
         apart from every other argument's as this call's was (an RNN step fed its previous
-        outputs). None when some argument differs otherwise (the full signature decides)."""
+        outputs). None when some argument differs otherwise (the full signature decides).
+        ``fed``: buffer nodes of memory allocated by the call just made (its results): such an
+        argument overlaps no other unless another new argument is a view of it, and the other
+        new arguments are checked against every argument."""
         if not self.apart:
             return None
         changed = []
@@ -327,9 +330,10 @@ class _LastCall(NamedTuple):
             ):
                 return None
             changed.append(k)
-        if changed:
+        check = [k for k in changed if not any(args[k]._node is f for f in fed)] if fed else changed
+        if check:
             spans = [a._node.span for a in args]
-            for k in changed:
+            for k in check:
                 lo, hi = spans[k]
                 for j, (lo_j, hi_j) in enumerate(spans):
                     if lo < hi_j and lo_j < hi and j != k:
@@ -357,10 +361,14 @@ class JitFunction:
         self._last: _LastCall | None = None
         self._last_roots: list[Any] = []  # the last replay's roots and argument buffer nodes
         self._last_nodes: list[Any] = []
+        # the buffer nodes of the previous call's results when they are memory that call
+        # allocated (a short replay's): fed back as arguments, they need no overlap check
+        self._fed: tuple = ()
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         last = self._last
+        fed, self._fed = self._fed, ()
         if (
             last is not None
             and last.flat
@@ -386,10 +394,11 @@ class JitFunction:
             and last.trace.fast is not False
             and last.trace.replayed is last
         ):  # some arguments are new arrays like the previous call's (an RNN's state fed back)
-            changed = last.near(args)
+            changed = last.near(args, fed)
             if changed is not None and (last.trace.fast or _fast_program(last.trace)):
                 out = self._replay_changed(last, args, changed)
                 if out is not _GENERAL:
+                    self._fed = _fresh_nodes(out)
                     return out
         nums, names = self.static_argnums, self.static_argnames
         if nums or names:
@@ -708,6 +717,7 @@ class JitFunction:
             for k, (data, _, _) in new.items():
                 roots[k] = data
         n_gemm = n_kernel = 0
+        flat: dict[int, Any] = {}  # fresh outputs' 1-D views (as a replay binds them)
         for step in prog:
             if type(step) is _GemmStep:
                 roots[step.out] = executor.gemm_sum(step.be, _gemm_operands(trace, step, roots, new))
@@ -722,7 +732,7 @@ class JitFunction:
                         replay.bind_patch(vals, p, base, eoff)
             for slot, r, shape, dtype, conv in fresh:
                 o = roots[r] = np.empty(shape, dtype)
-                vals[slot] = o if conv is None else conv(o)
+                vals[slot] = flat[r] = o if conv is None else conv(o)
             if reads:
                 replay.bind_reads(vals, reads, roots)
             if call is None:
@@ -739,14 +749,27 @@ class JitFunction:
         STATS["replays"] += 1
         self._last_roots = roots
         device = trace.device
-        results = [
-            v if d is None else wrap(make_contiguous(roots[d.root], device, d.shape, d.dtype))
-            for d, v in trace.results
-        ]
+        results = []
+        for d, v in trace.results:
+            if d is None:
+                results.append(v)
+                continue
+            n = make_contiguous(roots[d.root], device, d.shape, d.dtype)
+            n.bound = {"replay": (flat[d.root], 0)}  # how a replay binds it, if it is fed back
+            results.append(wrap(n))
         return results[0] if trace.out_tree is pytree.LEAF else pytree.unflatten(trace.out_tree, results)
 
 
 _GENERAL = object()  # _replay_changed's answer when the general replay must run
+
+
+def _fresh_nodes(out: Any) -> tuple:
+    """The buffer nodes of a short replay's results (a flat sequence or one array; else none)."""
+    if isinstance(out, Array):
+        return (out._node,)
+    if type(out) is tuple or type(out) is list:
+        return tuple([r._node for r in out if isinstance(r, Array)])
+    return ()
 
 
 class _GemmStep(NamedTuple):
@@ -930,17 +953,21 @@ def _device_quick(trace: Trace, gemms: list[_GemmStep]) -> Any:
         """``args``: arguments that are new arrays like the previous call's, {position: (array,
         address)}: their pointers are written too."""
         stream = stream_ptr()
-        made: dict[int, Any] = {}
+        made: dict[int, Any] = {}  # root -> the array this replay made (or a new argument)
+        addr: dict[int, int] = {}  # and its address
         if args:
-            for k, (data, _) in args.items():
+            for k, (data, address) in args.items():
                 made[k] = data
+                addr[k] = address
         for step in prog:
             if type(step) is _GemmStep:
-                made[step.out] = gemm_sum(be, _gemm_operands(trace, step, made, args))
+                a = made[step.out] = gemm_sum(be, _gemm_operands(trace, step, made, args))
+                addr[step.out] = ptr(a)
                 continue
             launch, params, new, patches, by_arg = step
             for r, shape, dtype in new:
-                made[r] = empty(shape, dtype)
+                a = made[r] = empty(shape, dtype)
+                addr[r] = ptr(a)
             if args:
                 for k, (_, address) in args.items():
                     for slot, offset in by_arg.get(k, ()):
@@ -948,7 +975,7 @@ def _device_quick(trace: Trace, gemms: list[_GemmStep]) -> Any:
                 launch.last = None
             if patches:
                 for slot, r, offset in patches:
-                    set_ptr(params, slot, ptr(made[r]) + offset)
+                    set_ptr(params, slot, addr[r] + offset)
                 launch.last = None  # (the general replay re-writes every pointer)
             launch_params(params, stream)
         STATS["launches"] += n_kernel + n_gemm
@@ -956,7 +983,8 @@ def _device_quick(trace: Trace, gemms: list[_GemmStep]) -> Any:
         STATS["gemms"] += n_gemm
         STATS["replays"] += 1
         out = [
-            v if d is None else wrap(make_contiguous(made[d.root], device, d.shape, d.dtype))
+            # (the address given: a result fed back as the next call's argument is bound by it)
+            v if d is None else wrap(make_contiguous(made[d.root], device, d.shape, d.dtype, addr[d.root]))
             for d, v in results
         ]
         return out[0] if leaf else pytree.unflatten(out_tree, out)
