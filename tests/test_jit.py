@@ -341,3 +341,37 @@ def check_fed_back_state(rng, to_device=np.asarray, steps=8):
 
 def test_state_fed_back_replays_through_the_short_program(rng):
     check_fed_back_state(rng)
+
+
+def test_results_fed_back_twice_are_an_overlap_not_a_short_replay(rng):
+    """A step returning one value twice gives two results over one array; fed back as two
+    arguments they overlap (another signature than the previous call's, where the arguments were
+    apart), so the call must not take the fed-back short replay, and its result follows NumPy's
+    semantics for aliased arguments (``a += 1`` is seen through ``b``)."""
+
+    def step(a, b):
+        a += 1
+        s = a * 2 + b
+        return s, s
+
+    f = ft.jit(step)
+    short = []
+    general = f._replay_changed
+    f._replay_changed = lambda *a: (short.append(1), general(*a))[1]
+    x, y = rng.standard_normal(6), rng.standard_normal(6)
+    args = [ft.asarray(x.copy()), ft.asarray(y.copy())]
+    for _ in range(3):  # trace, full replay, then fed-back replays on fresh apart arrays
+        r1, r2 = f(*args)
+        args = [ft.asarray(rng.standard_normal(6)), ft.asarray(rng.standard_normal(6))]
+    r1, r2 = f(*args)  # a short replay (new arrays, apart): the results are one array
+    assert r1._node.data is r2._node.data
+    n_short = len(short)
+    want_a = r1.numpy().copy()  # NumPy with the same aliasing: a and b are one array
+    want_b = want_a
+    want_a += 1
+    want = want_a * 2 + want_b
+    s1, s2 = f(r1, r2)
+    assert len(short) == n_short, "overlapping arguments took the fed-back short replay"
+    np.testing.assert_allclose(s1.numpy(), want)
+    np.testing.assert_allclose(r1.numpy(), want_a)
+    np.testing.assert_allclose(s2.numpy(), want)

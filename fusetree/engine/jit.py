@@ -330,7 +330,17 @@ class _LastCall(NamedTuple):
             ):
                 return None
             changed.append(k)
-        check = [k for k in changed if not any(args[k]._node is f for f in fed)] if fed else changed
+        check = changed
+        if fed:  # the previous call's own results need no span check, unless one is passed twice
+            check, seen = [], set()  # (or two results of one value: the same array)
+            for k in changed:
+                n = args[k]._node
+                if any(n is f for f in fed):
+                    if id(n.data) in seen:
+                        return None
+                    seen.add(id(n.data))
+                else:
+                    check.append(k)
         if check:
             spans = [a._node.span for a in args]
             for k in check:
@@ -1348,6 +1358,9 @@ def jit(fn: Any = None, *, graph: bool = False, static_argnums: Any = (), static
     arguments named by ``static_argnums``/``static_argnames`` are static: hashable values frozen
     into the trace (a new value traces again). The signature is the tree structure, the static
     values, each array's device, shape, dtype and strides, and how the arrays' memory overlaps.
+    The cheapest calls pass positional arrays only: the very arrays of the previous call, or those
+    but for new arrays with the same layout (a step fed its own results, ``h, c = step(x, h, c)``)
+    replay without computing the signature, re-binding only what changed.
 
     With ``graph=True`` (CUDA), the second call builds a CUDA graph of the trace (GEMMs included,
     through fusetree's own cuBLAS handle) and every later call launches it once. Arguments only
