@@ -111,12 +111,13 @@ def _np_layernorm(x, w, b, eps, axis):
     return (x - m) / np.sqrt(v + eps) * w + b
 
 
-def check_patterns(device, rng, shape=(6, 40), dtypes=("float32", "float64", "float16"), launches=True):
+def check_patterns(device, rng, shape=(6, 40), dtypes=("float32", "float64", "float16"), launches=True,
+                   axes=(-1, 0)):  # fmt: skip
     """softmax, log_softmax, layernorm, logsumexp, mean/var/std and ``x - x.max(...)`` along the
-    last and the first axis; each fused pattern must be one launch."""
+    last and the first axis (``axes``); each fused pattern must be one launch."""
     count = 0
     for dt in dtypes:
-        for axis in (-1, 0):
+        for axis in axes:
             x = (rng.standard_normal(shape) * 2).astype(dt)
             x64 = x.astype(np.float64)
             wshape = [1] * len(shape)
