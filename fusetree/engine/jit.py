@@ -379,37 +379,23 @@ class JitFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         last = self._last
         fed, self._fed = self._fed, ()
-        if (
-            last is not None
-            and last.flat
-            and not kwargs
-            and not STORES
-            and len(args) == len(last.nodes)
-            and last.same(args)
-        ):  # arrays over the previous call's positional buffers: nothing to flatten
-            if self.graph:
-                return self._graph_replay(last.trace, args, last)
+        if last is not None and last.flat and not kwargs and not STORES and len(args) == len(last.nodes):
             trace = last.trace
-            if trace.fast and trace.replayed is last:  # and the previous replay ran to the end
-                quick = trace.quick
-                return quick() if quick is not None else self._replay_fast(trace, trace.fast)
-            return self._replay_call(trace, args, last)
-        if (
-            last is not None
-            and last.flat
-            and not kwargs
-            and not STORES
-            and not self.graph
-            and len(args) == len(last.nodes)
-            and last.trace.fast is not False
-            and last.trace.replayed is last
-        ):  # some arguments are new arrays like the previous call's (an RNN's state fed back)
-            changed = last.near(args, fed)
-            if changed is not None and (last.trace.fast or _fast_program(last.trace)):
-                out = self._replay_changed(last, args, changed)
-                if out is not _GENERAL:
-                    self._fed = _fresh_nodes(out)
-                    return out
+            if last.same(args):  # arrays over the previous call's positional buffers: nothing to flatten
+                if self.graph:
+                    return self._graph_replay(trace, args, last)
+                if trace.fast and trace.replayed is last:  # and the previous replay ran to the end
+                    quick = trace.quick
+                    return quick() if quick is not None else self._replay_fast(trace, trace.fast)
+                return self._replay_call(trace, args, last)
+            if not self.graph and trace.fast is not False and trace.replayed is last:
+                # some arguments are new arrays like the previous call's (an RNN's state fed back)
+                changed = last.near(args, fed)
+                if changed is not None and (trace.fast or _fast_program(trace)):
+                    out = self._replay_changed(last, args, changed)
+                    if out is not _GENERAL:
+                        self._fed = _fresh_nodes(out)
+                        return out
         nums, names = self.static_argnums, self.static_argnames
         if nums or names:
             static: tuple[tuple[Any, Any], ...] = tuple((i, a) for i, a in enumerate(args) if i in nums)
@@ -472,12 +458,7 @@ class JitFunction:
         for k in changed:
             node = args[k]._node
             if host:
-                bound = node.bound
-                if bound is None:
-                    bound = node.bound = {}
-                bi = bound.get("replay")
-                if bi is None:
-                    bi = bound["replay"] = be.replay_root(node.data)
+                bi = replay.argument_root(be, node)
                 if bi is None or bi[0].itemsize != node.dtype.itemsize:
                     return _GENERAL
                 new[k] = (node.data, *bi)

@@ -187,15 +187,7 @@ def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool
         bi = info.get(p.root)
         if bi is None:
             node = nodes[p.root]
-            if node is not None:  # an argument: its flat view is cached on its buffer node
-                bound = node.bound
-                if bound is None:
-                    bound = node.bound = {}
-                bi = bound.get("replay")
-                if bi is None:
-                    bi = bound["replay"] = be.replay_root(roots[p.root])
-            else:
-                bi = be.replay_root(roots[p.root])
+            bi = argument_root(be, node) if node is not None else be.replay_root(roots[p.root])
             if bi is None or (bi[0].itemsize != p.item and p.kind != "base"):
                 return False
             info[p.root] = bi
@@ -208,6 +200,18 @@ def run(be: Any, launch: Launch, roots: list[Any], nodes: list[Any], fixed: bool
             vals[slot] = None
         launch.vals = vals
     return True
+
+
+def argument_root(be: Any, node: Any) -> tuple | None:
+    """``be.replay_root`` of an argument's buffer node (its 1-D base and element offset),
+    cached on the node: a loop passing the same array, or feeding back a result, binds it once."""
+    bound = node.bound
+    if bound is None:
+        bound = node.bound = {}
+    bi = bound.get("replay")
+    if bi is None:
+        bi = bound["replay"] = be.replay_root(node.data)
+    return bi
 
 
 def bind_patch(vals: list, p: Patch, base: Any, eoff: int) -> None:
