@@ -763,6 +763,17 @@ def test_jit_state_fed_back_on_gpu(rng):
     assert f._last.trace.quick is not None
 
 
+def test_jit_reduction_quick_replay_on_gpu(rng):
+    """Reduction kernels under ft.jit replayed on the same arrays and fed back (Trace.quick),
+    checked against NumPy as on the CPU (test_jit.py), float32 and float16."""
+    import cupy as cp
+    from test_jit import check_reduction_short_path
+
+    for dtype in ("float32", "float16"):
+        f = check_reduction_short_path(rng, dtype, cp.asarray, cp.asnumpy)
+        assert f._last.trace.quick is not None
+
+
 def test_jit_pytrees_and_static_arguments_on_gpu(rng):
     import cupy as cp
 

@@ -375,3 +375,53 @@ def test_results_fed_back_twice_are_an_overlap_not_a_short_replay(rng):
     np.testing.assert_allclose(s1.numpy(), want)
     np.testing.assert_allclose(r1.numpy(), want_a)
     np.testing.assert_allclose(s2.numpy(), want)
+
+
+def _norms(x, w, b):
+    return ft.softmax(x * w), ft.layer_norm(x, w, b), ft.sum(x * x, axis=-1) + 1.0
+
+
+def _norms_np(x, w, b):
+    x, w, b = (np.asarray(a, np.float64) for a in (x, w, b))
+    e = np.exp(x * w - (x * w).max(-1, keepdims=True))
+    m, v = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    return e / e.sum(-1, keepdims=True), (x - m) / np.sqrt(v + 1e-5) * w + b, (x * x).sum(-1) + 1.0
+
+
+def check_reduction_short_path(rng, dtype, to_device=np.asarray, to_host=np.asarray):
+    """Reduction kernels (softmax, layer_norm, a row sum read by an elementwise op) under ft.jit:
+    replays on the same arrays take the short program (fresh outputs bound into the frame
+    kernels' recorded arguments), new values written into the arguments between calls are read,
+    a switch to another argument set and back rebinds, a chain fed its own softmax output takes
+    the fed-back path; every call's results are its own, checked against float64 NumPy. Returns
+    the jitted function."""
+    f = ft.jit(_norms)
+    shapes = [(6, 40), (40,), (40,)]
+    devs = [[to_device(rng.standard_normal(s).astype(dtype)) for s in shapes] for _ in range(2)]
+    fts = [[ft.asarray(x) for x in s] for s in devs]
+    tol = 1e-5 if dtype == "float32" else 3e-3
+    outs = []
+    for k in (0, 0, 0, 0, 1, 1, 0, 0):
+        devs[k][0][...] = to_device(rng.standard_normal(shapes[0]).astype(dtype))
+        got = f(*fts[k])
+        outs.append((got, [to_host(x).copy() for x in devs[k]]))
+    assert f._last.trace.fast, "the short path did not run"
+    for got, args in outs:
+        for g, want in zip(got, _norms_np(*args)):
+            np.testing.assert_allclose(to_host(g.data).astype(np.float64), want, rtol=tol, atol=tol)
+    assert len({id(g[0]._node.data) for g, _ in outs}) == len(outs)
+    chain = ft.jit(lambda x, w: ft.softmax(x * w) * 40.0)  # fed back: new arrays like the last
+    x, w = fts[0][0], fts[0][1]
+    wr = to_host(w.data).astype(np.float64)
+    for _ in range(6):  # each step against float64 NumPy on the step's own input
+        xr = to_host(x.data).astype(np.float64)
+        x = chain(x, w)
+        e = np.exp(xr * wr - (xr * wr).max(-1, keepdims=True))
+        want = e / e.sum(-1, keepdims=True) * 40.0
+        np.testing.assert_allclose(to_host(x.data).astype(np.float64), want, rtol=tol, atol=40 * tol)
+    return f
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_reduction_traces_replay_through_the_short_path(dtype, rng):
+    check_reduction_short_path(rng, dtype)

@@ -1225,12 +1225,12 @@ def _prepare(trace: Trace, be: Any) -> list:
             own = {r: (shape, dtype) for r, shape, dtype in launch.new}
             if launch.params is None and all(
                 p.root in fixed_roots
-                or (p.root in own and p.kind == "flat" and p.offset == 0)
+                or (p.root in own and p.offset == 0)  # (a frame kernel's output: "base" and "eoff" 0)
                 or (p.root in earlier and p.root not in own)
                 for p in launch.patches
             ):  # host: its binding holds for a replay on the same arrays but for its outputs
                 launch.fresh = [(p.slot, p.root, *own[p.root], be.fresh_arg(*own[p.root]))
-                                for p in launch.patches if p.root in own]  # fmt: skip
+                                for p in launch.patches if p.root in own and p.kind != "eoff"]  # fmt: skip
                 launch.reads = [_host_read(be, p, *earlier[p.root]) for p in launch.patches
                                 if p.root in earlier and p.root not in own and p.kind != "eoff"]  # fmt: skip
             earlier.update(own)
