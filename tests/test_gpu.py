@@ -735,6 +735,7 @@ def test_jit_quick_replay_on_gpu_follows_rebinding_and_fresh_outputs(rng):
         p, t = g(fts[k][0], fts[k][1])
         outs.append((y, p, t, x, w, c))
     assert f._last.trace.quick is not None, "the quick replay was not made"
+    assert f._last.trace.quick.__name__ == "one", "one launch, one result: the one-launch closure"
     for y, p, t, x, w, c in outs:
         np.testing.assert_allclose(y.numpy(), x * w + c, rtol=1e-5, atol=1e-6)
         e = np.exp(x * w - (x * w).max(-1, keepdims=True))
