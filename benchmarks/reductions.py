@@ -8,7 +8,9 @@ Each mode is checked against a float64 NumPy reference (max relative error over 
 timed as wall time per call over a loop with the device synchronized at the end (host overhead
 included), median of repeats, warm-up excluded. ``GB/s`` counts the minimum traffic (read x, write y;
 layernorm also reads weight and bias) and ``% copy`` compares it with a device-to-device copy of the
-same bytes measured in the same run.
+same bytes measured in the same run. On CUDA (with torch installed) ``kernel µs`` is the GPU time of
+the kernels one call launches, from CUPTI (torch.profiler, which sees fusetree's and CuPy's driver
+launches too): at small shapes a call is host-bound, and this column compares the kernels alone.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Record:
     launches: float | None
     rel_err: float
     note: str = ""
+    kernel_us: float | None = None  # GPU time of the kernels of one call (CUPTI), CUDA only
 
 
 def timeit(fn, sync, calls: int, repeats: int) -> float:
@@ -58,6 +61,23 @@ def timeit(fn, sync, calls: int, repeats: int) -> float:
         sync()
         ts.append((time.perf_counter() - t0) / calls)
     return statistics.median(ts) * 1e6
+
+
+def kernel_us(fn, calls: int) -> float | None:
+    """GPU time per call of the kernels (and copies) ``fn`` launches: their durations summed over
+    ``calls`` calls under torch.profiler (CUPTI), divided by ``calls``; None without torch."""
+    try:
+        import torch
+        from torch.profiler import ProfilerActivity, profile
+    except ImportError:
+        return None
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    total = sum(e.time_range.end - e.time_range.start for e in prof.events() if e.device_type.name == "CUDA")
+    return total / calls if total > 0 else None
 
 
 def ref_softmax(x):
@@ -226,33 +246,50 @@ def run(args) -> list[Record]:
                             else None
                         )
                         gbps = nbytes / us / 1e3
+                        kus = kernel_us(fn, 20) if device == "cuda" and args.kernel_time else None
                         recs.append(Record(op, "x".join(map(str, shape)), dt, name, us, gbps,
-                                           100 * gbps / copy_gbps, launches, err))  # fmt: skip
-                        print(f"  {op} {recs[-1].shape} {dt} {name}: {us:.1f} us ({recs[-1].pct_copy:.0f}% of copy)",
+                                           100 * gbps / copy_gbps, launches, err, kernel_us=kus))  # fmt: skip
+                        ktxt = f", kernels {kus:.1f} us" if kus is not None else ""
+                        print(f"  {op} {recs[-1].shape} {dt} {name}: {us:.1f} us ({recs[-1].pct_copy:.0f}% of copy{ktxt})",
                               flush=True)  # fmt: skip
                         # (rows printed as they come: a run cut off by a time limit keeps them)
                     except Exception as e:
                         recs.append(Record(op, "x".join(map(str, shape)), dt, name, float("nan"), float("nan"),
                                            float("nan"), None, float("nan"), f"failed: {type(e).__name__}: {e}"[:160]))  # fmt: skip
+            copy_kus = (
+                kernel_us(lambda: cp.copyto(scratch, x), 20)
+                if device == "cuda" and args.kernel_time
+                else None
+            )
             recs.append(
                 Record(
-                    "copy", "x".join(map(str, shape)), dt, "device copy", copy_us, copy_gbps, 100.0, None, 0.0
+                    "copy",
+                    "x".join(map(str, shape)),
+                    dt,
+                    "device copy",
+                    copy_us,
+                    copy_gbps,
+                    100.0,
+                    None,
+                    0.0,
+                    kernel_us=copy_kus,
                 )
             )
     return recs
 
 
 def table(recs: list[Record]) -> str:
-    lines = ["| op | shape | dtype | mode | µs/call | GB/s | % copy | launches | rel err | vs fusetree |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    lines = ["| op | shape | dtype | mode | µs/call | GB/s | % copy | launches | rel err | vs fusetree | kernel µs |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
     base = {(r.op, r.shape, r.dtype): r.us for r in recs if r.mode == "fusetree"}
     for r in recs:
         b = base.get((r.op, r.shape, r.dtype))
         rel = f"{r.us / b:.2f}x" if b and r.us == r.us else "-"
         la = f"{r.launches:.1f}" if r.launches is not None else "-"
+        ku = f"{r.kernel_us:.1f}" if r.kernel_us is not None else "-"
         note = f" ({r.note})" if r.note else ""
         lines.append(f"| {r.op} | {r.shape} | {r.dtype} | {r.mode}{note} | {r.us:.1f} | {r.gbps:.0f} | "
-                     f"{r.pct_copy:.0f}% | {la} | {r.rel_err:.1e} | {rel} |")  # fmt: skip
+                     f"{r.pct_copy:.0f}% | {la} | {r.rel_err:.1e} | {rel} | {ku} |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -264,6 +301,8 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=50)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--json")
+    p.add_argument("--no-kernel-time", dest="kernel_time", action="store_false",
+                   help="CUDA: skip the CUPTI kernel time of each mode")  # fmt: skip
     a = p.parse_args()
     if a.quick:
         a.calls, a.repeats = min(a.calls, 5), min(a.repeats, 3)
