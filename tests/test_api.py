@@ -242,3 +242,29 @@ def test_square_by_operator_is_a_multiply(dtype):
         np.testing.assert_array_equal(got, want)
     (k,) = ft.explain(x**2).kernels
     assert "multiply" in k.source and "pow" not in k.source.split("def ")[1]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "uint8", "int32"])
+def test_python_int_operands_follow_numpy_2(dtype, rng):
+    """Python ints with arrays (NEP 50: weak scalars) on the operators' fast path and off it (large
+    ints, comparisons, integer dtypes): NumPy's result dtype and values, or NumPy's error."""
+    x = (rng.standard_normal(7) * 5).astype(dtype)
+    fx = ft.asarray(x)
+    ints = [0, 1, 2, 7, 64, 300, -3, 2**24 + 1, 2**53, 2**53 + 1, 2**62]
+    ops = [
+        lambda a, k: a + k, lambda a, k: k + a, lambda a, k: a - k, lambda a, k: k - a, lambda a, k: a * k,
+        lambda a, k: k * a, lambda a, k: a / k if k else a / 1, lambda a, k: a ** 2, lambda a, k: a < k,
+        lambda a, k: k == a, lambda a, k: a >= k,
+    ]  # fmt: skip
+    for k in ints:
+        for op in ops:
+            try:
+                with np.errstate(over="ignore"):  # (float16: 2**24 + 1 is inf, as in NumPy)
+                    want = op(x, k)
+            except (OverflowError, ValueError) as e:
+                with pytest.raises(type(e)):
+                    ft.evaluate(op(fx, k))
+                continue
+            got = op(fx, k).numpy()
+            assert got.dtype == want.dtype, (k, got.dtype, want.dtype)
+            np.testing.assert_array_equal(got, want)

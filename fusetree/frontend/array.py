@@ -42,6 +42,7 @@ _next_uid = _nm.next_uid
 _PENDING = engine.PENDING
 _drop = engine.drop
 _new = object.__new__
+_EXACT_INT = 2**53  # the Python ints the operators' fast path takes
 _COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
 _WEAK = (builtins.float, builtins.int, builtins.bool, builtins.complex)
 _WEAK_OR_NUMPY_SCALAR = (*_WEAK, np.generic)
@@ -742,9 +743,11 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
             if _nm.WATCH is not None:
                 _watch(self, other)
             t = type(other)
-            if t is float:  # 1.0 - x, 3.0 / x: the memoized rule, no generic checks
+            if t is float or (t is int and -_EXACT_INT <= other <= _EXACT_INT):
+                # 1.0 - x, 2 * x: the memoized rule, no generic checks (ints with float arrays only:
+                # see ops._int_fast)
                 a = self._node
-                r = RULES2.get((name, float, a.dtype))
+                r = RULES2.get((name, t, a.dtype))
                 if r is not None and config.current.fuse and TAPE is None and a.op != "matmul":
                     return wrap(make_op(name, (make_scalar(other), a), r.out, a.shape, a.device))
             if t is float or t is int:
@@ -782,6 +785,10 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
                     return wrap(make_op(name, (a, make_scalar(other)), r.out, a.shape, a.device))
                 return _build(name, (a, make_scalar(other)))
             if t is int:
+                if -_EXACT_INT <= other <= _EXACT_INT:  # x / 64 with a float x (see ops._int_fast)
+                    r = RULES2.get((name, a.dtype, int))
+                    if r is not None and config.current.fuse and TAPE is None:
+                        return wrap(make_op(name, (a, make_scalar(other)), r.out, a.shape, a.device))
                 return _build(name, (a, make_scalar(other)))
             if not _is_operand(other):
                 return NotImplemented  # type: ignore[return-value]
