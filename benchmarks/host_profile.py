@@ -1,5 +1,6 @@
 """Where host time goes: cProfile of the per-step hot paths (evaluate ``a*b+c``, a jitted
-``a*b+c`` replay, an eager LSTM step, a jitted LSTM step fed its own state), top functions by own
+``a*b+c`` replay, an eager LSTM step, a jitted LSTM step fed its own state; also ``ten``, the
+10-node tree of ``host_overhead.py``, and an eager ``softmax`` of (128, 512)), top functions by own
 time. Complements
 ``host_overhead.py`` (which times them unprofiled).
 
@@ -47,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.shape:
         Bsz, H = (int(v) for v in a.shape.split("x"))
     lstm_in = [ft.asarray(conv(v)) for v in make_inputs(rng, Bsz, H)]
+    S = ft.asarray(conv(rng.standard_normal((128, 512)).astype(np.float32)))
 
     def lstm() -> None:
         ft.evaluate(*lstm_step(*lstm_in, xp=ft))
@@ -62,6 +64,9 @@ def main(argv: list[str] | None = None) -> None:
         "jit": lambda: jabc(A, B, C),
         "lstm": lstm,
         "jitlstm": jitlstm,
+        # host_overhead.py's 10-node tree (tanh, sigmoid, exp over two leaves and scalars)
+        "ten": lambda: ft.evaluate(ft.tanh(A * B + 1.5) * ft.sigmoid(B - A) + ft.exp(A) / 3.0 - B * 0.5),
+        "softmax": lambda: ft.softmax(S).data,
     }
     for name in a.cases.split(","):
         fn = cases[name]
