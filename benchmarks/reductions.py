@@ -1,5 +1,6 @@
 """Softmax and layernorm: fusetree (one kernel each) against CuPy unfused, cupy.fuse pieces, torch
-eager and torch.compile, in one run, float32 and float16.
+eager and torch.compile, in one run, float32 and float16 (on CUDA also ``ft.jit(graph=True)``: one
+CUDA graph launch per call, its result the graph's static buffer).
 
     python benchmarks/reductions.py               # cuda if present, else cpu (fusetree vs NumPy)
     python benchmarks/reductions.py --quick --json out.json
@@ -103,6 +104,13 @@ def modes_for(op: str, x, w, b, device: str):
         modes["fusetree"] = lambda: ft.layer_norm(fx, fw, fb, EPS).data
         jl = ft.jit(lambda a, ww, bb: ft.layer_norm(a, ww, bb, EPS))
         modes["fusetree-jit"] = lambda: jl(fx, fw, fb)
+    if device == "cuda":  # a CUDA graph of the one kernel: its result is the graph's static buffer
+        if op == "softmax":
+            gf = ft.jit(graph=True)(lambda a: ft.softmax(a))
+            modes["fusetree-graph"] = lambda: gf(fx)
+        else:
+            gl = ft.jit(graph=True)(lambda a, ww, bb: ft.layer_norm(a, ww, bb, EPS))
+            modes["fusetree-graph"] = lambda: gl(fx, fw, fb)
     if device == "cpu":
         if op == "softmax":
             modes["numpy"] = lambda: ref_softmax(x)
