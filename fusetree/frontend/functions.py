@@ -7,17 +7,20 @@ from collections.abc import Callable
 from typing import Any
 
 from ..ir.ops import OPS
-from .array import Array, elementwise
+from .array import Array, elementwise, unary_function
 from .creation import asarray
 
 
 def _fn(name: str) -> Callable[..., Array]:
     arity = OPS[name].arity
+    if arity == 1:
+        f = unary_function(name)
+    else:
 
-    def f(*args: Any) -> Array:
-        if len(args) != arity:
-            raise TypeError(f"{name}() takes {arity} argument(s), got {len(args)}")
-        return elementwise(name, *args)
+        def f(*args: Any) -> Array:
+            if len(args) != arity:
+                raise TypeError(f"{name}() takes {arity} argument(s), got {len(args)}")
+            return elementwise(name, *args)
 
     f.__name__ = name
     f.__doc__ = f"Elementwise ``{name}`` with NumPy semantics (see fusetree.ir.ops.OPS['{name}'])."
