@@ -202,6 +202,8 @@ def run(device: str, quick: bool) -> list[dict]:
             f"{peer_name} GRU step",
             t(lambda: gru_step(gx, gh, gWx, gWh, gbx, gbh, xp=xp_peer), n_calls // 2),
         )
+        jg = ft.jit(lambda *a: gru_step(*a, xp=ft))
+        row(f"GRU step {cfg}", "fusetree jit", t(lambda: jg(*fg), n_calls // 2))
         if device == "cuda":
             try:
                 import torch
