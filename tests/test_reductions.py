@@ -123,3 +123,21 @@ def test_random_reduction_trees(shape, kind, dtype, keepdims, data):
         np.testing.assert_allclose(g, wcons, rtol=1e-5, atol=1e-5 * (np.abs(py).sum() + 1))
     else:
         np.testing.assert_array_equal(g, wcons)
+
+
+def test_repeated_reductions_reuse_their_rules_exactly(rng):
+    """A reduction taken again with the same kind, shape, dtype, axis and keepdims reuses its
+    memoized rules (frontend.reductions._PLAIN): alternating axes, keepdims, kinds and dtypes over
+    the same shapes, every call is checked against NumPy (values, dtype, shape)."""
+    xs = {dt: rng.standard_normal((3, 4, 5)).astype(dt) for dt in ("float32", "float64", "int32")}
+    xs["int32"] = (xs["int32"] * 10).astype("int32")
+    calls = [(k, dt, ax, kd) for k in ("sum", "max", "argmax", "mean") for dt in xs for ax in (None, 0, -1, 2)
+             for kd in (False, True) if not (k == "argmax" and kd and ax is None)]  # fmt: skip
+    for _ in range(2):
+        for kind, dt, ax, kd in calls:
+            x = xs[dt]
+            fx = ft.asarray(x)
+            got = getattr(ft, kind)(fx, axis=ax, keepdims=kd).numpy()
+            want = getattr(np, kind)(x, axis=ax, keepdims=kd)
+            assert got.shape == np.shape(want) and got.dtype == np.asarray(want).dtype, (kind, dt, ax, kd)
+            np.testing.assert_allclose(got, want, rtol=1e-6 if dt == "float32" else 1e-12)

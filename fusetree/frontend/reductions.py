@@ -41,6 +41,8 @@ from .functions import where
 
 def normalize_axes(axis: Any, ndim: int, what: str) -> tuple[int, ...]:
     """``axis`` (None, an int or a tuple of ints, negative allowed) as sorted non-negative axes."""
+    if type(axis) is int and -ndim <= axis < ndim:  # the common call (mean's count, axis=-1)
+        return (axis % ndim,)
     if axis is None:
         return tuple(range(ndim))
     items = axis if isinstance(axis, tuple | list) else (axis,)
@@ -63,8 +65,21 @@ def row_shapes(full: tuple[int, ...], axes: Sequence[int]) -> tuple[tuple[int, .
     return keep, tuple(s for d, s in enumerate(full) if d not in axes)
 
 
+# (kind, shape, dtype, axis, keepdims) -> (reduced axes, result shape, result dtype) of a plain
+# reduction (an array operand, no dtype argument, more than one element per result, not complex,
+# an int or None axis): a reduction taken again (softmax's max and sum every step) skips the axis
+# normalization, shape and dtype rules
+_PLAIN: dict[tuple, tuple] = {}
+
+
 def reduce(kind: str, x: Any, axis: Any = None, keepdims: bool = False, dtype: Any = None) -> Array:
     """Reduction ``kind`` (a row of :data:`fusetree.ops.REDUCTIONS`) of ``x`` over ``axis``."""
+    if type(x) is Array and dtype is None and _nm.WATCH is None and (axis is None or type(axis) is int):
+        n0 = x._node
+        plain = _PLAIN.get((kind, n0.shape, n0.dtype, axis, keepdims))
+        if plain is not None:
+            axes, shape, out_dt = plain
+            return _reduce_node(kind, n0, axes, shape, out_dt, builtins.bool(keepdims))
     a = asarray(x)
     if _nm.WATCH is not None and a._node.op == "buffer":  # stores are queued: see array._watch
         _nm.WATCH(a._node)
@@ -111,10 +126,20 @@ def reduce(kind: str, x: Any, axis: Any = None, keepdims: bool = False, dtype: A
         flat = a.reshape(-1)  # argmax over everything: the index into the flattened array
         r = reduce(kind, flat, 0)
         return r.reshape(shape) if keepdims else r
-    node = make_op("reduce", (a._node,), out_dt, shape, a.device, (kind, axes, builtins.bool(keepdims)))
+    if type(x) is Array and x is a and (axis is None or type(axis) is int):
+        if len(_PLAIN) > 4096:
+            _PLAIN.clear()
+        _PLAIN[(kind, full, a.dtype, axis, keepdims)] = (axes, shape, out_dt)
+    return _reduce_node(kind, a._node, axes, shape, out_dt, builtins.bool(keepdims))
+
+
+def _reduce_node(kind: str, child: Node, axes: tuple[int, ...], shape: tuple[int, ...], out_dt: np.dtype,
+                 keepdims: bool) -> Array:  # fmt: skip
+    """The pending reduction of ``child`` (its rules applied by :func:`reduce`)."""
+    node = make_op("reduce", (child,), out_dt, shape, child.device, (kind, axes, keepdims))
     out = wrap(node)
     if _arr.TAPE is not None:
-        _arr.record("reduce", (a._node,), node.attrs, node)
+        _arr.record("reduce", (child,), node.attrs, node)
     if not config.current.fuse:
         engine.realize((out,))
     return out
