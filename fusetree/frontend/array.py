@@ -43,6 +43,7 @@ _PENDING = engine.PENDING
 _drop = engine.drop
 _new = object.__new__
 _EXACT_INT = 2**53  # the Python ints the operators' fast path takes
+_EXPANDS = REDUCE | EXPAND  # a value broadcast to a larger shape through an ``expand`` node
 _COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
 _WEAK = (builtins.float, builtins.int, builtins.bool, builtins.complex)
 _WEAK_OR_NUMPY_SCALAR = (*_WEAK, np.generic)
@@ -778,6 +779,13 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
                         v = _seen_broadcast(a, b.shape)
                         if v is not None:
                             return wrap(make_op(name, (v, b), r.out, b.shape, a.device))
+                        # a reduced value broadcast back (x - x.max(-1, keepdims=True)): its expand node
+                        if b.flags & _EXPANDS and b.leaves and _BCAST.get((a.shape, b.shape)) == a.shape:
+                            e = make_op("expand", (b,), b.dtype, a.shape, b.device)
+                            return wrap(make_op(name, (a, e), r.out, a.shape, a.device))
+                        if a.flags & _EXPANDS and a.leaves and _BCAST.get((a.shape, b.shape)) == b.shape:
+                            e = make_op("expand", (a,), a.dtype, b.shape, a.device)
+                            return wrap(make_op(name, (e, b), r.out, b.shape, a.device))
                 return _build(name, (a, b))
             if t is float:
                 r = RULES2.get((name, a.dtype, float))
