@@ -127,10 +127,14 @@ def realize(arrays: Sequence[Any]) -> None:
         n = a._node
         if n.op == "buffer":
             return
-        if a._base is None and n.op != "matmul" and not n.flags & _BY_SIZE:
+        if a._base is None and n.op != "matmul":
             with LOCK:
-                if a._node is n and (len(PENDING) <= 1 or _alone(n)) and _realize_one(a, n):
-                    return
+                if a._node is n and (len(PENDING) <= 1 or _alone(n)):
+                    if _realize_one(a, n):
+                        return
+                    if n.flags & _BY_SIZE:  # a reduction alone, not planned yet: no search for others
+                        _realize_group((a,), n.device or "cpu", n.shape, search=False)
+                        return
     elif len(arrays) > 1 and _one_group(arrays):
         # several pending values of one shape (an RNN step's h and c): straight to their group
         n = arrays[0]._node
@@ -197,8 +201,9 @@ def _alone(n: Node) -> bool:
 
 
 def _realize_one(a: Any, n: Node) -> bool:
-    """Realize a single elementwise value whose plan is cached (no other live pending value can
-    be inside its tree): a context check, one lookup, allocate, bind, launch. False: not cached."""
+    """Realize a single value whose plan is cached (no other live pending value can be inside its
+    tree): a context check, one lookup (a reduction's plan is keyed by its leaves' sizes and
+    strides too, as in :func:`run_group`), allocate, bind, launch. False: not cached."""
     device = n.device
     ctx = _CONTEXTS.get(device)
     if ctx is None or ctx.opts is not config.current:
@@ -206,15 +211,23 @@ def _realize_one(a: Any, n: Node) -> bool:
     shape = n.shape
     plans = ctx.plans
     key = (n.key, len(shape))
-    plan = plans.get(key)
-    if plan is None or plan is _BY_SHAPE:
-        return False
+    be = ctx.be
+    if n.flags & _BY_SIZE:
+        key += _geometry(shape, n.leaves)
+        plan = plans.get(key)
+        if plan is None:
+            return False
+        outs = [be.empty(s, dt) for s, dt in plan.outputs]
+    else:
+        plan = plans.get(key)
+        if plan is None or plan is _BY_SHAPE:
+            return False
+        outs = [be.empty(shape, n.dtype)]
     STATS["plan_hits"] += 1
     STATS["cache_hits"] += 1
     plan.used = next(TICK)
-    be = ctx.be
-    out = be.empty(shape, n.dtype)
-    executor.run(plan, be, ctx.tag, n.leaves, shape, [out], (plans, key, plan))
+    executor.run(plan, be, ctx.tag, n.leaves, shape, outs, (plans, key, plan))
+    out = outs[0]
     a._node = make_contiguous(out, device, shape, n.dtype)
     if HOOK.tape is not None:
         HOOK.tape(n, a._node)
@@ -227,13 +240,15 @@ def _realize_one(a: Any, n: Node) -> bool:
     return True
 
 
-def _realize_group(arrays: Sequence[Any], device: str, shape: tuple[int, ...]) -> None:
+def _realize_group(arrays: Sequence[Any], device: str, shape: tuple[int, ...], search: bool = True) -> None:
+    """Compute ``arrays`` (pending values of one device and ``shape``) in one plan, with the live
+    pending values inside their trees (``search``: False when none can be there)."""
     if len(arrays) == 1:
         roots: list[Node] = [arrays[0]._node]
         owners: list[list[Any]] = [[arrays[0]]]
     else:
         roots, owners = _unique_nodes(arrays)
-    extras = find_extras(roots, shape, device, arrays) if len(PENDING) > len(arrays) else []
+    extras = find_extras(roots, shape, device, arrays) if search and len(PENDING) > len(arrays) else []
     outs = run_group(roots, [(e.root, e.path) for e in extras], device, shape)
     for ws, o, r in zip(owners + [e.arrays for e in extras], outs, roots + [e.node for e in extras]):
         node = make_contiguous(o, device, r.shape, r.dtype)
