@@ -140,4 +140,8 @@ def test_repeated_reductions_reuse_their_rules_exactly(rng):
             got = getattr(ft, kind)(fx, axis=ax, keepdims=kd).numpy()
             want = getattr(np, kind)(x, axis=ax, keepdims=kd)
             assert got.shape == np.shape(want) and got.dtype == np.asarray(want).dtype, (kind, dt, ax, kd)
-            np.testing.assert_allclose(got, want, rtol=1e-6 if dt == "float32" else 1e-12)
+            if dt == "float32" and kind in ("sum", "mean"):  # float64 reference: summation order differs
+                want = getattr(np, kind)(x.astype(np.float64), axis=ax, keepdims=kd)
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * float(np.abs(x).sum()))
+            else:
+                np.testing.assert_allclose(got, want, rtol=1e-12)

@@ -127,6 +127,16 @@ def run(plan: Plan, be: Any, tag: str, leaves: Sequence[Node], shape: tuple[int,
                     if described is not None:
                         described.append(("s", v))
                     continue
+                if described is None and ref[0] == "leaf":  # memory of a leaf: bound once per map
+                    x = leaves[ref[1]]
+                    b = x.bound  # type: ignore[attr-defined]
+                    if b is None:
+                        b = x.bound = {}  # type: ignore[attr-defined]
+                    a = b.get(("frame", m))
+                    if a is None:
+                        a = b[("frame", m)] = be.bind_frame(x.data, m)  # type: ignore[attr-defined]
+                    args.extend(a)
+                    continue
                 data = _array_of(ref, leaves, temps, be)
                 args.extend(be.bind_frame(data, m))
                 if described is not None:
