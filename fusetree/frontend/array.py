@@ -766,6 +766,12 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
             a = self._node
             if t is Array:
                 b = other._node
+                if a.op == "matmul" and b.op == "matmul" and name == "add" and TAPE is None:
+                    # x@W + h@U: one pending GEMM sum (the generic path's fold, without its checks)
+                    if a.shape == b.shape and a.dtype == b.dtype and a.dtype.kind == "f" and a.device == b.device \
+                            and config.current.fuse and _foldable((a, b), a.dtype, a.shape):  # fmt: skip
+                        return wrap(_gemm_sum(a, b, a.shape, a.dtype))
+                    return _build(name, (a, b))
                 # the fast path: same shape and device, a known dtype rule (no broadcast, no GEMM fold)
                 if a.device == b.device and a.op != "matmul":
                     r = RULES2.get((name, a.dtype, b.dtype))
