@@ -268,3 +268,16 @@ def test_python_int_operands_follow_numpy_2(dtype, rng):
             got = op(fx, k).numpy()
             assert got.dtype == want.dtype, (k, got.dtype, want.dtype)
             np.testing.assert_array_equal(got, want)
+
+
+def test_integer_dtypes_keep_the_operators_memoized_rules():
+    """The operators' fast path looks rules up in ``RULES2``: int64 arrays must land there too
+    (an int64 dtype compares equal to Python's ``int``, the weak-int marker; e9d8457 lost them),
+    while a float array with a Python int does only outside comparisons."""
+    from fusetree.ir.ops import RULES2
+
+    i64, f32 = np.dtype(np.int64), np.dtype(np.float32)
+    a, f = ft.asarray(np.arange(4)), ft.asarray(np.ones(4, np.float32))
+    ft.evaluate(a + a, a * 0.5, f / 64, f < 3)
+    assert ("add", i64, i64) in RULES2 and ("multiply", i64, float) in RULES2
+    assert ("true_divide", f32, int) in RULES2 and ("less", f32, int) not in RULES2

@@ -33,7 +33,16 @@ from ..ir.node import (
     make_op,
     make_scalar,
 )
-from ..ir.ops import BINARY_OPERATORS, INPLACE_OPERATORS, OPS, RULES1, RULES2, UNARY_OPERATORS, rule
+from ..ir.ops import (
+    BINARY_OPERATORS,
+    COMPARISONS,
+    INPLACE_OPERATORS,
+    OPS,
+    RULES1,
+    RULES2,
+    UNARY_OPERATORS,
+    rule,
+)
 from . import unfused
 from .views import cached_view, compose, index_shape, resolve_shape, view_index, view_key, view_of
 
@@ -44,7 +53,6 @@ _drop = engine.drop
 _new = object.__new__
 _EXACT_INT = 2**53  # the Python ints the operators' fast path takes
 _EXPANDS = REDUCE | EXPAND  # a value broadcast to a larger shape through an ``expand`` node
-_COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
 _WEAK = (builtins.float, builtins.int, builtins.bool, builtins.complex)
 _WEAK_OR_NUMPY_SCALAR = (*_WEAK, np.generic)
 
@@ -768,8 +776,7 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
                 b = other._node
                 if a.op == "matmul" and b.op == "matmul" and name == "add" and TAPE is None:
                     # x@W + h@U: one pending GEMM sum (the generic path's fold, without its checks)
-                    if a.shape == b.shape and a.dtype == b.dtype and a.dtype.kind == "f" and a.device == b.device \
-                            and config.current.fuse and _foldable((a, b), a.dtype, a.shape):  # fmt: skip
+                    if a.dtype.kind == "f" and a.device == b.device and _foldable((a, b), a.dtype, a.shape):
                         return wrap(_gemm_sum(a, b, a.shape, a.dtype))
                     return _build(name, (a, b))
                 # the fast path: same shape and device, a known dtype rule (no broadcast, no GEMM fold)
@@ -787,22 +794,16 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
                             return wrap(make_op(name, (v, b), r.out, b.shape, a.device))
                         # a reduced value broadcast back (x - x.max(-1, keepdims=True)): its expand node
                         if b.flags & _EXPANDS and b.leaves and _BCAST.get((a.shape, b.shape)) == a.shape:
-                            e = make_op("expand", (b,), b.dtype, a.shape, b.device)
-                            return wrap(make_op(name, (a, e), r.out, a.shape, a.device))
+                            return wrap(make_op(name, (a, broadcast(b, a.shape)), r.out, a.shape, a.device))
                         if a.flags & _EXPANDS and a.leaves and _BCAST.get((a.shape, b.shape)) == b.shape:
-                            e = make_op("expand", (a,), a.dtype, b.shape, a.device)
-                            return wrap(make_op(name, (e, b), r.out, b.shape, a.device))
+                            return wrap(make_op(name, (broadcast(a, b.shape), b), r.out, b.shape, a.device))
                 return _build(name, (a, b))
-            if t is float:
-                r = RULES2.get((name, a.dtype, float))
+            if t is float or (t is int and -_EXACT_INT <= other <= _EXACT_INT):
+                # x * 0.5, x / 64: the memoized rule (ints with float arrays only: see ops._int_fast)
+                r = RULES2.get((name, a.dtype, t))
                 if r is not None and config.current.fuse and TAPE is None:
                     return wrap(make_op(name, (a, make_scalar(other)), r.out, a.shape, a.device))
-                return _build(name, (a, make_scalar(other)))
-            if t is int:
-                if -_EXACT_INT <= other <= _EXACT_INT:  # x / 64 with a float x (see ops._int_fast)
-                    r = RULES2.get((name, a.dtype, int))
-                    if r is not None and config.current.fuse and TAPE is None:
-                        return wrap(make_op(name, (a, make_scalar(other)), r.out, a.shape, a.device))
+            if t is float or t is int:
                 return _build(name, (a, make_scalar(other)))
             if not _is_operand(other):
                 return NotImplemented  # type: ignore[return-value]
@@ -1075,7 +1076,7 @@ def _weak_ints(name: str, nodes: tuple[Node, ...]) -> tuple[Node, ...]:
     """NumPy 2 rules for Python ints: comparisons see an out-of-range int's true value; any other
     op refuses an int that does not fit the dtype it is computed in."""
     arrays = [m for m in nodes if m.op != "scalar"]
-    if name in _COMPARISONS:
+    if name in COMPARISONS:
         out = list(nodes)
         for k, n in enumerate(nodes):
             if n.op == "scalar" and n.weak is int and any(not dtypes.fits(n.value, m.dtype) for m in arrays):  # type: ignore[attr-defined]
@@ -1136,7 +1137,7 @@ def _prepare(node: Node, shape: tuple[int, ...], dtype: np.dtype) -> Node:
 def broadcast(node: Node, shape: tuple[int, ...]) -> Node:
     """``node`` broadcast to ``shape``: a view pushed to the leaves, or an ``expand`` node when the
     tree holds a reduction (a view cannot pass through it)."""
-    if node.flags & (REDUCE | EXPAND) and node.leaves:
+    if node.flags & _EXPANDS and node.leaves:
         return make_op("expand", (node,), node.dtype, shape, node.device)
     xp = backends.xp_for(node.device)
     return view_of(node, lambda d: xp.broadcast_to(d, shape), shape, ("b", shape))

@@ -251,16 +251,16 @@ def rule(op: str, descs: tuple[dtypes.Desc, ...], attrs: tuple = ()) -> Rule:
         out = result_dtype(op, descs, attrs)
         r = _RULES[k] = Rule(out, tuple(operand_dtype(op, descs, out, i) for i in range(len(descs))))
         if len(descs) == 2 and not attrs:
-            if int not in descs:
-                RULES2[(op, descs[0], descs[1])] = r
-            elif _int_fast(op, descs):
+            # (identity tests: an int64 dtype compares equal to ``int``)
+            if (descs[0] is not int and descs[1] is not int) or _int_fast(op, descs):
                 RULES2[(op, descs[0], descs[1])] = r
         elif len(descs) == 1 and not attrs and isinstance(descs[0], np.dtype):
             RULES1[(op, descs[0])] = r
     return r
 
 
-_ORDERED = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
+# the ops NumPy 2 computes on a Python int's true value (not converted to the array's dtype)
+COMPARISONS = frozenset(("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"))
 
 
 def _int_fast(op: str, descs: tuple) -> bool:
@@ -269,7 +269,7 @@ def _int_fast(op: str, descs: tuple) -> bool:
     fast path takes ints of at most 2**53 in magnitude, exact in float64) and is not a comparison
     (which NumPy makes on the int's true value)."""
     other = descs[1] if descs[0] is int else descs[0]
-    return isinstance(other, np.dtype) and other.kind == "f" and op not in _ORDERED
+    return isinstance(other, np.dtype) and other.kind == "f" and op not in COMPARISONS
 
 
 def result_dtype(op: str, descs: tuple[dtypes.Desc, ...], attrs: tuple = ()) -> np.dtype:
