@@ -12,9 +12,9 @@ import numpy as np
 from .. import backends
 from ..frontend.array import Array, wrap
 from ..ir.node import make_buffer
-from . import executor, horizontal, pytree
+from . import executor, pytree
 from .quick import prepare
-from .trace import Copy, FrameKernel, Gemm, HKernel, Kernel, Trace, allocate, as_array
+from .trace import Copy, FrameKernel, Gemm, HKernel, Kernel, Trace, allocate, as_array, hkernel_table
 
 if TYPE_CHECKING:
     from .jit import JitFunction
@@ -197,15 +197,11 @@ def _build_graph(self: JitFunction, trace: Trace, args: tuple, be: Any) -> Graph
 def _hkernel_params(be: Any, op: HKernel, roots: list[Any]) -> tuple[int, int, int, int]:
     """(function, grid, block, parameter pointers) of a horizontal kernel over ``roots``' memory;
     its chunk table and parameter buffer are kept in ``op.last``."""
-    addrs = [[be.ptr(roots[d.root]) + d.offset for d in slot] for slot in op.slots]
-    last = op.last
-    if last[0] != addrs:
-        last[1] = horizontal.table(be, op.spec, list(op.sizes), addrs, list(op.scalars), roots)
-        last[0] = addrs
+    table = hkernel_table(be, op, roots)
     k = op.launcher
-    params = be.param_buffer(k, list(last[1][0]))
-    last[2:] = [params]  # kept with the trace (the node copied the values)
-    return k.func, max(1, last[1][1]), min(k.block, 1024), params.ptr
+    params = be.param_buffer(k, list(table[0]))
+    op.last[2:] = [params]  # kept with the trace (the node copied the values)
+    return k.func, max(1, table[1]), min(k.block, 1024), params.ptr
 
 
 def _overlap_groups(be: Any, datas: list[Any]) -> list[int]:

@@ -46,6 +46,7 @@ from .trace import (
     as_array,
     bind_args,
     bind_outputs,
+    hkernel_table,
 )
 
 _lock = threading.RLock()
@@ -477,12 +478,9 @@ class JitFunction:
                 n_launch += 1
                 n_kernel += 1
             elif isinstance(op, HKernel):
-                addrs = [[be.ptr(roots[d.root]) + d.offset for d in slot] for slot in op.slots]
-                last = op.last
-                if last[0] != addrs:
-                    last[1] = horizontal.table(be, op.spec, list(op.sizes), addrs, list(op.scalars), roots)
-                    last[0] = addrs
-                horizontal.launch(be, op.launcher, last[1], sum(op.sizes))  # counts its launch
+                horizontal.launch(
+                    be, op.launcher, hkernel_table(be, op, roots), sum(op.sizes)
+                )  # counts its launch
             elif isinstance(op, Gemm):
                 ops = [as_array(be, roots, d) for d in op.operands]
                 trace.gemm_bound[i] = [o if d.root in fixed_roots else None for o, d in zip(ops, op.operands)]

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .. import backends
-from . import pytree
+from . import horizontal, pytree
 
 
 class Desc(NamedTuple):
@@ -260,3 +260,14 @@ def as_array(be: Any, roots: list[Any], d: Desc) -> Any:
     if d.offset == 0 and tuple(r.shape) == d.shape and tuple(r.strides) == d.strides:
         return r
     return be.view_at(r, d.offset, d.shape, d.strides, d.dtype)
+
+
+def hkernel_table(be: Any, op: HKernel, roots: list[Any]) -> Any:
+    """A recorded horizontal kernel's chunk table over ``roots``' memory (see
+    :func:`.horizontal.table`), rebuilt only when an address moved: cached in ``op.last``."""
+    addrs = [[be.ptr(roots[d.root]) + d.offset for d in slot] for slot in op.slots]
+    last = op.last
+    if last[0] != addrs:
+        last[1] = horizontal.table(be, op.spec, list(op.sizes), addrs, list(op.scalars), roots)
+        last[0] = addrs
+    return last[1]
