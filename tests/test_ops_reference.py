@@ -215,3 +215,14 @@ def test_signed_zero_and_nan_ties():
         tie = (a == 0) & (b == 0) & (np.signbit(a) != np.signbit(b))
         assert (np.signbit(got) == np.signbit(want))[~tie].all(), name
         assert ((got == 0) | ~tie).all(), name
+
+
+@pytest.mark.parametrize("dt", ["float16", "float32", "float64"])
+def test_round_keeps_the_sign_of_zero(dt):
+    """np.round(-0.4) is -0.0 (14 / round(-0.4) is -inf): found by the random-tree test (CPU rint
+    lost the sign)."""
+    x = np.array([0.4, -0.4, -0.5, 0.5, -1.5, 2.5, -0.0, -2.6, np.nan, -np.inf], dt)
+    got = ft.round(ft.asarray(x)).numpy()
+    want = np.round(x)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))

@@ -176,11 +176,12 @@ fmod_py = _jit(helpers.divmod_helper(1))
 
 @_jit
 def rint(x):  # type: ignore[no-untyped-def]
+    """Round half to even, as np.round; the sign of x is kept (-0.4 rounds to -0.0)."""
     r = np.floor(x)
     d = x - r
     if d > 0.5 or (d == 0.5 and r - 2.0 * np.floor(r * 0.5) != 0.0):
         r = r + 1
-    return r
+    return np.copysign(r, x)
 
 
 def _unary(fn):  # type: ignore[no-untyped-def]
