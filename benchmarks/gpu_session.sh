@@ -10,6 +10,12 @@ QUICK_K=${QUICK_K:-"arithmetic_views or repeated_gemms or transposed_tiles or ls
 run() { local name=$1; shift; echo "=== $name"; local t=$SECONDS; timeout "${LIMIT:-300}" "$@" > "$OUT/$name.log" 2>&1; local rc=$?; echo "[$name rc=$rc $((SECONDS-t))s]"; tail -n "${TAILN:-25}" "$OUT/$name.log"; }
 for p in $parts; do
   case $p in
+    # the C front end (fusetree/_native.c): built here when a compiler is present, else the carried build
+    native) (command -v gcc && python3 setup.py -q build_ext --inplace) > "$OUT/native_build.log" 2>&1; tail -3 "$OUT/native_build.log"
+      python3 -c "import fusetree.ir.node as n; print('front end:', n.NATIVE)";;
+    # host cost with the C front end and without it (FUSETREE_NATIVE=0), same machine
+    hostab) for n in 1 0; do FUSETREE_NATIVE=$n LIMIT=150 TAILN=28 run "host_native$n" python3 benchmarks/host_overhead.py --device cuda --json "$OUT/host_gpu_native$n.json"; done;;
+    fronttests) LIMIT=170 TAILN=6 run fronttests python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py tests/test_jit.py -k "lstm_step or jit or graph_mode or in_place or element_reads or autodiff";;
     env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; python3 -c "import numpy, numba, numba_cuda, cupy, torch, sys; print(sys.version.split()[0], numpy.__version__, numba.__version__, numba_cuda.__version__, cupy.__version__, torch.__version__)";;
     sanity) run sanity python3 -c "
 import numpy as np, cupy as cp, fusetree as ft

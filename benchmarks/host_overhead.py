@@ -281,7 +281,12 @@ def main(argv=None) -> int:
         except Exception:
             device = "cpu"
     rows = run(device, args.quick)
-    print(f"host overhead, device={device} (µs per call, median)")
+    from fusetree.ir.node import NATIVE
+
+    front = "C (fusetree._native)" if NATIVE is not None else "Python"
+    for r in rows:
+        r["front_end"] = front
+    print(f"host overhead, device={device}, front end: {front} (µs per call, median)")
     print(table(rows))
     if args.json:
         with open(args.json, "w") as f:

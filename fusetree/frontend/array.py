@@ -856,7 +856,8 @@ def unary_function(name: str) -> Callable[..., Array]:
             return elementwise(name, x)
         raise TypeError(f"{name}() takes 1 argument(s), got {len(args)}")
 
-    return f
+    f.__name__ = f.__qualname__ = name
+    return _operator(name, 2, f, name)
 
 
 def unary(name: str, a: Node) -> Array:
@@ -868,14 +869,37 @@ def unary(name: str, a: Node) -> Array:
     return _build(name, (a,))
 
 
+# With the C accelerator (ir.node.NATIVE), each operator is a C callable running the fast path
+# above (same shape and device, a memoized rule; a float or exact int scalar) and calling the Python
+# operator for everything else; ``wrap`` is the C twin of the one above.
+_NATIVE = _nm.NATIVE
+if _NATIVE is not None:
+    _NATIVE.setup_arrays(
+        {
+            "Array": Array, "PENDING": _PENDING, "drop": _NATIVE.drop, "realize": lambda arrays: engine.realize(arrays),
+            "globals": globals(), "config_globals": vars(config), "RULES1": RULES1, "RULES2": RULES2,
+            "make_scalar": make_scalar, "TOO_DEEP": _TOO_DEEP, "EXACT_INT": _EXACT_INT,
+        }
+    )  # fmt: skip
+    wrap = _NATIVE.wrap
+    _drop = _NATIVE.drop  # engine.drop in C: the weak-reference callback of every pending array
+
+
+def _operator(name: str, kind: int, method: Callable[..., Any], qualname: str) -> Callable[..., Any]:
+    """``method`` behind the C fast path when the accelerator is built (kind 0 binary, 1 reflected,
+    2 one operand), else ``method`` itself."""
+    return method if _NATIVE is None else _NATIVE.operator(name, kind, method, qualname)
+
+
 for _m, _name in BINARY_OPERATORS.items():
-    setattr(Array, _m, _binary(_name, False))
+    setattr(Array, _m, _operator(_name, 0, _binary(_name, False), _m))
     if _m not in ("__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__"):
-        setattr(Array, "__r" + _m[2:], _binary(_name, True))
+        _r = "__r" + _m[2:]
+        setattr(Array, _r, _operator(_name, 1, _binary(_name, True), _r))
 for _m, _name in INPLACE_OPERATORS.items():
     setattr(Array, _m, _inplace_method(_name))
 for _m, _name in UNARY_OPERATORS.items():
-    setattr(Array, _m, _unary(_name))
+    setattr(Array, _m, _operator(_name, 2, _unary(_name), _m))
 Array.__pos__ = lambda self: self  # type: ignore[attr-defined,operator]
 _power = Array.__pow__
 

@@ -38,6 +38,21 @@ ONE_LEVEL = 1 << DEPTH_SHIFT
 # the IR verifier runs on every op node built (tests turn it on: FUSETREE_VERIFY=1)
 VERIFY = os.environ.get("FUSETREE_VERIFY", "") not in ("", "0")
 
+
+def _load_native() -> Any:
+    """The optional C accelerator (``fusetree/_native.c``, built at install), or None when it is not
+    built or FUSETREE_NATIVE=0: then the Python definitions below run (they are the reference)."""
+    if os.environ.get("FUSETREE_NATIVE", "") in ("0", "false", "no", "off"):
+        return None
+    try:
+        from .. import _native  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return _native
+
+
+NATIVE: Any = _load_native()
+
 _KEYS: dict[tuple, int] = {}
 KEY_DESCRIPTIONS: list[tuple] = []  # int key -> the tuple it was interned from
 _key_lock = threading.Lock()
@@ -629,3 +644,18 @@ def make_plan_leaf(op: str, index: int, dtype: np.dtype, shape: tuple[int, ...],
     n = _new_leaf(PlanLeaf, op, dtype, shape, key, device)
     n.index, n.estrides, n.layout = index, estrides, lay
     return n
+
+
+# The C accelerator's make_op: the same nodes (it writes these classes' slots), built in one call
+# (~0.3 us instead of ~1.2). make_op_py stays the definition; tests compare the two.
+make_op_py = make_op
+if NATIVE is not None:
+    NATIVE.setup_nodes(
+        {
+            "Node": Node, "Scalar": Scalar, "KEYS": _KEYS, "intern_key": intern_key,
+            "merge_leaves": merge_leaves, "verify": verify, "make_op": make_op_py, "globals": globals(),
+            "uids": _uids, "FLOAT_DT": _FLOAT_DT, "FLOAT_KEY": _FLOAT_KEY, "FLAG_BITS": FLAG_BITS,
+            "ONE_LEVEL": ONE_LEVEL, "REDUCE": REDUCE, "EXPAND": EXPAND,
+        }
+    )  # fmt: skip
+    make_op = NATIVE.make_op
