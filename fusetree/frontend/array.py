@@ -318,7 +318,9 @@ class Array:
                     record("gather", (self._node,), (bkey,), out._node)
                 return out
             fn = _Indexer(view_index(key))
-        self._boundary()
+        op = n.op
+        if op == "matmul" or op == "reduce" or op == "expand":
+            self._boundary()
         src_shape = self._node.shape
         shape = _INDEX_SHAPES.get((vk, src_shape)) if vk is not None else None
         if shape is None:
@@ -373,7 +375,7 @@ class Array:
             # this array gets memory and the view is of it, as in NumPy
             engine.realize((self,))
             node = make_buffer(fn(self._node.data), self._node.device)  # type: ignore[attr-defined]
-        v = Array(node)
+        v = wrap(node)
         if self._node.op != "buffer" and node.op != "buffer":
             src: Array = self
             base = self._base

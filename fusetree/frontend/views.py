@@ -31,6 +31,12 @@ def view_of(node: Node, leaf_fn: Callable[[Any], Any], shape: tuple[int, ...], v
             over_leaves = False
             break
     if over_leaves:  # one op over leaves (x@W + b): no walk
+        if len(args) == 2 and args[0] is not args[1]:  # (the commonest: two distinct leaves)
+            a0, a1 = args
+            v0 = _leaf_view(a0, leaf_fn, vkey)
+            return make_op(
+                node.op, (v0, _leaf_view(a1, leaf_fn, vkey)), node.dtype, shape, node.device, node.attrs
+            )
         views: list[Node] = []
         for i, a in enumerate(args):
             for j in range(i):
@@ -76,7 +82,9 @@ def _leaf_view(n: Node, leaf_fn: Callable[[Any], Any], vkey: tuple | None) -> No
         return n
     if op == "buffer":
         return _buffer_view(n, leaf_fn, vkey)  # type: ignore[arg-type]
-    data = engine.compute_gemm(n)  # a pending GEMM: computed first
+    data = n.memo  # a pending GEMM: computed first (once: the other gate slices reuse it)
+    if data is None:
+        data = engine.compute_gemm(n)
     if vkey is not None and vkey[0] in _ARITHMETIC:
         return _arithmetic_view(data, leaf_fn, vkey, n.dtype, n.device)
     return make_buffer(leaf_fn(data), n.device)
