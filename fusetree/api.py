@@ -67,7 +67,10 @@ def evaluate(*arrays: Any) -> tuple[Array, ...]:
     >>> a.numpy().tolist(), b.numpy().tolist()
     ([2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 3.0])
     """
-    if len(arrays) == 1 and type(arrays[0]) is Array:  # the common call: no conversion pass
+    for a in arrays:  # the common call, arrays only: no conversion pass
+        if type(a) is not Array:
+            break
+    else:
         engine.realize(arrays)
         return arrays
     arrs = tuple(a if isinstance(a, Array) else asarray(a) for a in arrays)

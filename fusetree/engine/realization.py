@@ -135,11 +135,11 @@ def realize(arrays: Sequence[Any]) -> None:
                     if n.flags & _BY_SIZE:  # a reduction alone, not planned yet: no search for others
                         _realize_group((a,), n.device or "cpu", n.shape, search=False)
                         return
-    elif len(arrays) > 1 and _one_group(arrays):
+    elif len(arrays) > 1:
         # several pending values of one shape (an RNN step's h and c): straight to their group
-        n = arrays[0]._node
         with LOCK:
-            if _one_group(arrays):  # (unchanged once the lock is held)
+            if _one_group(arrays):
+                n = arrays[0]._node
                 _realize_group(arrays, n.device or "cpu", n.shape)
                 return
     todo = [a for a in arrays if a._node.op != "buffer"]
@@ -324,6 +324,11 @@ def _geometry(shape: tuple[int, ...], leaves: Sequence[Node]) -> tuple:
 
 
 def _unique_nodes(arrays: Sequence[Any]) -> tuple[list[Node], list[list[Any]]]:
+    if len(arrays) == 2:  # (an RNN step's h and c)
+        a, b = arrays
+        if a._node is not b._node:
+            return [a._node, b._node], [[a], [b]]
+        return [a._node], [[a, b]]
     nodes: list[Node] = []
     owners: list[list[Any]] = []
     where: dict[int, int] = {}
