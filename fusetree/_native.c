@@ -7,7 +7,8 @@
  *   wrap(node)                                         frontend.array.wrap
  *   operator(name, kind, fallback)                     an Array operator / one-operand function:
  *       the memoized-rule fast path of frontend.array._binary / _unary / unary_function, calling
- *       ``fallback`` (the Python version) for anything else.
+ *       ``fallback`` (the Python version) for anything else. While deferred stores are queued it
+ *       shows buffer operands to the queue first (frontend.array._watch's job).
  *
  * The module imports nothing from fusetree: ``setup_nodes`` and ``setup_arrays`` hand it the
  * classes, dicts and functions it uses, and it writes the Python classes' __slots__ directly (by
@@ -36,7 +37,7 @@ static PyObject *UIDS;          /* ir.node._uids (itertools.count) */
 static PyObject *FLOAT_DT, *FLOAT_KEY, *FLOAT_LO;
 static long long FLAG_BITS, ONE_LEVEL, F_REDUCE, F_EXPAND;
 static PyObject *EMPTY, *EMPTY_STR;
-static PyObject *S_matmul, *S_scalar, *S_reduce, *S_expand, *S_VERIFY, *S_WATCH, *S_TAPE,
+static PyObject *S_buffer, *S_matmul, *S_scalar, *S_reduce, *S_expand, *S_VERIFY, *S_WATCH, *S_TAPE,
     *S_current, *S_fuse;
 
 /* state from setup_arrays */
@@ -499,13 +500,10 @@ typedef struct {
     int kind;
 } Operator;
 
-/* 1 when the fast path may run: no store watch, no gradient trace, fusion on */
+/* 1 when the fast path may run: no gradient trace, fusion on */
 static inline int
 fast_mode(void)
 {
-    PyObject *w = PyDict_GetItemWithError(NODE_GLOBALS, S_WATCH);
-    if (w != NULL && w != Py_None)
-        return 0;
     PyObject *t = PyDict_GetItemWithError(ARRAY_GLOBALS, S_TAPE);
     if (t != NULL && t != Py_None)
         return 0;
@@ -519,6 +517,36 @@ fast_mode(void)
     }
     Py_DECREF(f);
     return f == Py_True;
+}
+
+/* frontend.array._watch for array operands: while deferred stores are queued (ir.node.WATCH), each
+ * buffer operand is shown to the store queue, which flushes when it reads a queued target. Runs
+ * before the operands' nodes are read (a flush can give pending operands memory). -1: error. */
+static int
+watch_operands(PyObject *x, PyObject *y)
+{
+    PyObject *ops[2] = {x, y};
+    for (int i = 0; i < 2 && ops[i] != NULL; i++) {
+        PyObject *w = PyDict_GetItemWithError(NODE_GLOBALS, S_WATCH);
+        if (w == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+        if (w == Py_None)
+            return 0; /* (flushed by an earlier operand) */
+        if (Py_TYPE(ops[i]) != ArrayT)
+            continue;
+        PyObject *n = SLOT(ops[i], A_node);
+        if (n == NULL || !is_str(SLOT(n, N_op), S_buffer))
+            continue;
+        Py_INCREF(w);
+        Py_INCREF(n);
+        PyObject *r = PyObject_CallOneArg(w, n);
+        Py_DECREF(n);
+        Py_DECREF(w);
+        if (r == NULL)
+            return -1;
+        Py_DECREF(r);
+    }
+    return 0;
 }
 
 static PyObject *
@@ -544,6 +572,8 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
     if (o->kind == UNARY) {
         if (nargs != 1 || Py_TYPE(args[0]) != ArrayT || !fast_mode())
             goto fallback;
+        if (watch_operands(args[0], NULL) < 0)
+            return NULL;
         PyObject *a = SLOT(args[0], A_node);
         if (a == NULL || is_str(SLOT(a, N_op), S_scalar))
             goto fallback;
@@ -561,13 +591,27 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
     }
     if (nargs != 2 || Py_TYPE(args[0]) != ArrayT)
         goto fallback;
-    PyObject *a = SLOT(args[0], A_node), *other = args[1];
+    PyObject *other = args[1];
     PyTypeObject *t = Py_TYPE(other);
+    int both = t == ArrayT && o->kind == BINARY;
+    if (!both && t != &PyFloat_Type && t != &PyLong_Type)
+        goto fallback;
+    if (t == &PyLong_Type) {
+        int overflow = 0;
+        long long v = PyLong_AsLongLongAndOverflow(other, &overflow);
+        if (overflow || v > EXACT_INT || v < -EXACT_INT)
+            goto fallback;
+    }
+    if (!fast_mode())
+        goto fallback;
+    if (watch_operands(args[0], both ? other : NULL) < 0)
+        return NULL;
+    PyObject *a = SLOT(args[0], A_node);
     if (a == NULL)
         goto fallback;
-    if (t == ArrayT && o->kind == BINARY) {
+    if (both) {
         PyObject *b = SLOT(other, A_node);
-        if (b == NULL || is_str(SLOT(a, N_op), S_matmul) || !fast_mode())
+        if (b == NULL || is_str(SLOT(a, N_op), S_matmul))
             goto fallback;
         PyObject *da = SLOT(a, N_device), *db = SLOT(b, N_device);
         if (da != db && PyObject_RichCompareBool(da, db, Py_EQ) != 1)
@@ -587,14 +631,8 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         Py_DECREF(pair);
         return wrap_c(node);
     }
-    if (t == &PyFloat_Type || t == &PyLong_Type) {
-        if (t == &PyLong_Type) {
-            int overflow = 0;
-            long long v = PyLong_AsLongLongAndOverflow(other, &overflow);
-            if (overflow || v > EXACT_INT || v < -EXACT_INT)
-                goto fallback;
-        }
-        if ((o->kind == REFLECTED && is_str(SLOT(a, N_op), S_matmul)) || !fast_mode())
+    {
+        if (o->kind == REFLECTED && is_str(SLOT(a, N_op), S_matmul))
             goto fallback;
         PyObject *out = o->kind == REFLECTED ? rule_out(RULES2, o->name, (PyObject *)t, SLOT(a, N_dtype))
                                              : rule_out(RULES2, o->name, SLOT(a, N_dtype), (PyObject *)t);
@@ -748,6 +786,7 @@ PyInit__native(void)
         return NULL;
     EMPTY = PyTuple_New(0);
     EMPTY_STR = PyUnicode_InternFromString("");
+    S_buffer = PyUnicode_InternFromString("buffer");
     S_matmul = PyUnicode_InternFromString("matmul");
     S_scalar = PyUnicode_InternFromString("scalar");
     S_reduce = PyUnicode_InternFromString("reduce");
@@ -757,7 +796,7 @@ PyInit__native(void)
     S_TAPE = PyUnicode_InternFromString("TAPE");
     S_current = PyUnicode_InternFromString("current");
     S_fuse = PyUnicode_InternFromString("fuse");
-    if (!EMPTY || !EMPTY_STR || !S_matmul || !S_scalar || !S_reduce || !S_expand || !S_VERIFY ||
+    if (!EMPTY || !EMPTY_STR || !S_buffer || !S_matmul || !S_scalar || !S_reduce || !S_expand || !S_VERIFY ||
         !S_WATCH || !S_TAPE || !S_current || !S_fuse)
         return NULL;
     return PyModule_Create(&module);

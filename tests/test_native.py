@@ -143,6 +143,41 @@ def test_operators_fall_back_off_the_fast_path(rng):
 
 
 @native
+def test_operators_under_queued_stores_flush_before_reading(rng, monkeypatch):
+    """While stores are queued the C operators show their buffer operands to the queue (as the
+    Python operator's _watch does) and stay on the fast path."""
+    a, b = _operands(rng)
+    (a * b, 0.5 - a, -a, ft.exp(a), a * 1.0)  # each dtype rule memoized (a first use takes the generic path)
+    called = []
+    monkeypatch.setattr(fa, "_watch", lambda *a: called.append(a))  # the Python operator's watch
+    na, nb = a.numpy(), b.numpy()
+    t = ft.asarray(np.zeros((3, 4), np.float32))
+    with ft.options(defer_stores=True):
+        old = t * 1.0  # built before the store: reads the old value
+        t[...] = a * 2.0
+        assert nm.WATCH is not None
+        y1 = t * b  # array-array: flushed first, reads the new value
+        t[...] = a * 3.0
+        y2 = 0.5 - t  # reflected scalar
+        t[...] = a * 4.0
+        y3 = -t  # one operand
+        t[...] = a * 5.0
+        y4 = ft.exp(t)
+        unrelated = a * b  # reads no target: no flush
+        assert nm.WATCH is not None
+        ft.synchronize()
+    # every op above took the C path (the stores' own checks call _watch with the stored value)
+    assert not [c for c in called if len(c) != 1 or c[0] is t or c[0] is a or c[0] is b]
+    np.testing.assert_array_equal(old.numpy(), np.zeros((3, 4), np.float32))
+    np.testing.assert_allclose(y1.numpy(), na * 2 * nb, rtol=1e-6)
+    np.testing.assert_allclose(y2.numpy(), 0.5 - na * 3, rtol=1e-6)
+    np.testing.assert_allclose(y3.numpy(), -na * 4, rtol=1e-6)
+    np.testing.assert_allclose(y4.numpy(), np.exp(na * 5), rtol=1e-6)
+    np.testing.assert_allclose(unrelated.numpy(), na * nb, rtol=1e-6)
+    np.testing.assert_allclose(t.numpy(), na * 5, rtol=1e-6)
+
+
+@native
 def test_pending_registration_and_drop(rng):
     """Arrays made in C register as pending and leave the registry when they die."""
     from fusetree import engine

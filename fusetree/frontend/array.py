@@ -872,8 +872,9 @@ def unary(name: str, a: Node) -> Array:
 
 
 # With the C accelerator (ir.node.NATIVE), each operator is a C callable running the fast path
-# above (same shape and device, a memoized rule; a float or exact int scalar) and calling the Python
-# operator for everything else; ``wrap`` is the C twin of the one above.
+# above (same shape and device, a memoized rule; a float or exact int scalar; with queued stores it
+# calls the store watch on buffer operands first, as _watch does) and calling the Python operator
+# for everything else; ``wrap`` is the C twin of the one above.
 _NATIVE = _nm.NATIVE
 if _NATIVE is not None:
     _NATIVE.setup_arrays(
