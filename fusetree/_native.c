@@ -94,7 +94,7 @@ get_obj(PyObject *dict, const char *name)
 }
 
 static PyObject *
-setup_nodes(PyObject *self, PyObject *d)
+setup_nodes_impl(PyObject *d)
 {
     if (!PyDict_Check(d)) {
         PyErr_SetString(PyExc_TypeError, "setup_nodes takes a dict");
@@ -127,7 +127,7 @@ setup_nodes(PyObject *self, PyObject *d)
 }
 
 static PyObject *
-setup_arrays(PyObject *self, PyObject *d)
+setup_arrays_impl(PyObject *d)
 {
     if (!PyDict_Check(d)) {
         PyErr_SetString(PyExc_TypeError, "setup_arrays takes a dict");
@@ -148,6 +148,38 @@ setup_arrays(PyObject *self, PyObject *d)
     if (get_ll(d, "TOO_DEEP", &TOO_DEEP) || get_ll(d, "EXACT_INT", &EXACT_INT))
         return NULL;
     Py_RETURN_NONE;
+}
+
+/* A failed setup leaves the module unusable (every entry point refuses or falls back), never half set */
+static PyObject *
+setup_nodes(PyObject *self, PyObject *d)
+{
+    PyObject *r = setup_nodes_impl(d);
+    if (r == NULL) {
+        NodeT = ScalarT = NULL;
+        ArrayT = NULL;
+    }
+    return r;
+}
+
+static PyObject *
+setup_arrays(PyObject *self, PyObject *d)
+{
+    PyObject *r = NodeT == NULL ? (PyErr_SetString(PyExc_RuntimeError, "setup_nodes first"), NULL)
+                                : setup_arrays_impl(d);
+    if (r == NULL)
+        ArrayT = NULL;
+    return r;
+}
+
+static int
+ready(int arrays)
+{
+    if (NodeT == NULL || (arrays && ArrayT == NULL)) {
+        PyErr_SetString(PyExc_RuntimeError, "fusetree._native is not set up");
+        return 0;
+    }
+    return 1;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -352,6 +384,8 @@ fail:
 static PyObject *
 py_make_op(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
+    if (!ready(0))
+        return NULL;
     if (kwnames != NULL || nargs < 5 || nargs > 6 || !PyTuple_Check(args[1]))
         return PyObject_Vectorcall(MAKE_OP_PY, args, nargs, kwnames);
     return make_op_c(args[0], args[1], args[2], args[3], args[4], nargs == 6 ? args[5] : EMPTY);
@@ -391,6 +425,8 @@ make_float(PyObject *v)
 static PyObject *
 py_make_float(PyObject *self, PyObject *v)
 {
+    if (!ready(0))
+        return NULL;
     if (!PyFloat_CheckExact(v)) {
         PyErr_SetString(PyExc_TypeError, "make_float takes a Python float");
         return NULL;
@@ -477,6 +513,8 @@ py_drop(PyObject *self, PyObject *ref)
 static PyObject *
 py_wrap(PyObject *self, PyObject *node)
 {
+    if (!ready(1))
+        return NULL;
     if (!node_ok(node)) {
         PyErr_SetString(PyExc_TypeError, "wrap takes an IR node");
         return NULL;
@@ -567,7 +605,7 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
 {
     Operator *o = (Operator *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (kwnames != NULL || ArrayT == NULL)
+    if (kwnames != NULL || ArrayT == NULL || NodeT == NULL)
         goto fallback;
     if (o->kind == UNARY) {
         if (nargs != 1 || Py_TYPE(args[0]) != ArrayT || !fast_mode())

@@ -178,6 +178,28 @@ def test_operators_under_queued_stores_flush_before_reading(rng, monkeypatch):
 
 
 @native
+def test_a_setup_that_does_not_fit_leaves_the_module_refusing_or_falling_back(rng):
+    """A stale build (a slot renamed): setup fails with a clear error, nothing half set up runs."""
+
+    class Stale:
+        __slots__ = ("op",)
+
+    a, b = _operands(rng)
+    try:
+        with pytest.raises(AttributeError):
+            nm.NATIVE.setup_nodes(dict(nm.NATIVE_SETUP, Node=Stale))
+        with pytest.raises(RuntimeError, match="not set up"):
+            nm.NATIVE.make_op("add", (a._node, b._node), a.dtype, a.shape, "cpu")
+        with pytest.raises(RuntimeError, match="not set up"):
+            nm.NATIVE.wrap(a._node)
+        # (at import, node.py and array.py then keep their Python make_op and wrap, and warn)
+    finally:
+        nm.NATIVE.setup_nodes(nm.NATIVE_SETUP)
+        nm.NATIVE.setup_arrays(fa.NATIVE_SETUP)
+    assert (a * b)._node.op == "multiply" and nm.NATIVE.make_float(1.5).value == 1.5
+
+
+@native
 def test_pending_registration_and_drop(rng):
     """Arrays made in C register as pending and leave the registry when they die."""
     from fusetree import engine

@@ -877,15 +877,22 @@ def unary(name: str, a: Node) -> Array:
 # for everything else; ``wrap`` is the C twin of the one above.
 _NATIVE = _nm.NATIVE
 if _NATIVE is not None:
-    _NATIVE.setup_arrays(
-        {
-            "Array": Array, "PENDING": _PENDING, "drop": _NATIVE.drop, "realize": lambda arrays: engine.realize(arrays),
-            "globals": globals(), "config_globals": vars(config), "RULES1": RULES1, "RULES2": RULES2,
-            "make_scalar": make_scalar, "TOO_DEEP": _TOO_DEEP, "EXACT_INT": _EXACT_INT,
-        }
-    )  # fmt: skip
-    wrap = _NATIVE.wrap
-    _drop = _NATIVE.drop  # engine.drop in C: the weak-reference callback of every pending array
+    NATIVE_SETUP = {
+        "Array": Array, "PENDING": _PENDING, "drop": _NATIVE.drop, "realize": lambda arrays: engine.realize(arrays),
+        "globals": globals(), "config_globals": vars(config), "RULES1": RULES1, "RULES2": RULES2,
+        "make_scalar": make_scalar, "TOO_DEEP": _TOO_DEEP, "EXACT_INT": _EXACT_INT,
+    }  # fmt: skip
+    try:
+        _NATIVE.setup_arrays(NATIVE_SETUP)
+    except (TypeError, KeyError, AttributeError) as e:  # a stale build: the Python operators run
+        import warnings
+
+        warnings.warn(f"fusetree._native does not fit this fusetree's Array ({e}); using the Python operators",
+                      stacklevel=1)  # fmt: skip
+        _NATIVE = None
+    else:
+        wrap = _NATIVE.wrap
+        _drop = _NATIVE.drop  # engine.drop in C: the weak-reference callback of every pending array
 
 
 def _operator(name: str, kind: int, method: Callable[..., Any], qualname: str) -> Callable[..., Any]:

@@ -649,13 +649,31 @@ def make_plan_leaf(op: str, index: int, dtype: np.dtype, shape: tuple[int, ...],
 # The C accelerator's make_op: the same nodes (it writes these classes' slots), built in one call
 # (~0.3 us instead of ~1.2). make_op_py stays the definition; tests compare the two.
 make_op_py = make_op
+NATIVE_SETUP = {
+    "Node": Node,
+    "Scalar": Scalar,
+    "KEYS": _KEYS,
+    "intern_key": intern_key,
+    "merge_leaves": merge_leaves,
+    "verify": verify,
+    "make_op": make_op_py,
+    "globals": globals(),
+    "uids": _uids,
+    "FLOAT_DT": _FLOAT_DT,
+    "FLOAT_KEY": _FLOAT_KEY,
+    "FLAG_BITS": FLAG_BITS,
+    "ONE_LEVEL": ONE_LEVEL,
+    "REDUCE": REDUCE,
+    "EXPAND": EXPAND,
+}  # fmt: skip  (what the C module uses: the IR's classes, key table and Python definitions)
 if NATIVE is not None:
-    NATIVE.setup_nodes(
-        {
-            "Node": Node, "Scalar": Scalar, "KEYS": _KEYS, "intern_key": intern_key,
-            "merge_leaves": merge_leaves, "verify": verify, "make_op": make_op_py, "globals": globals(),
-            "uids": _uids, "FLOAT_DT": _FLOAT_DT, "FLOAT_KEY": _FLOAT_KEY, "FLAG_BITS": FLAG_BITS,
-            "ONE_LEVEL": ONE_LEVEL, "REDUCE": REDUCE, "EXPAND": EXPAND,
-        }
-    )  # fmt: skip
-    make_op = NATIVE.make_op
+    try:
+        NATIVE.setup_nodes(NATIVE_SETUP)
+    except (TypeError, KeyError, AttributeError) as e:  # a stale build (the classes' slots changed)
+        import warnings
+
+        warnings.warn(f"fusetree._native does not fit this fusetree ({e}); using the Python front end "
+                      "(rebuild it: pip install -e . or python setup.py build_ext --inplace)", stacklevel=1)  # fmt: skip
+        NATIVE = None
+    else:
+        make_op = NATIVE.make_op
