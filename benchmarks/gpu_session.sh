@@ -15,7 +15,8 @@ for p in $parts; do
       python3 -c "import fusetree.ir.node as n; print('front end:', n.NATIVE)";;
     # host cost with the C front end and without it (FUSETREE_NATIVE=0), same machine
     hostab) for n in 1 0; do FUSETREE_NATIVE=$n LIMIT=150 TAILN=28 run "host_native$n" python3 benchmarks/host_overhead.py --device cuda --json "$OUT/host_gpu_native$n.json"; done;;
-    fronttests) LIMIT=170 TAILN=6 run fronttests python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py tests/test_jit.py -k "lstm_step or jit or graph_mode or in_place or element_reads or autodiff";;
+    fronttests) LIMIT=${FRONT_LIMIT:-170} TAILN=6 run fronttests python3 -m pytest -m gpu -q -p no:cacheprovider -W ignore::DeprecationWarning tests/test_gpu.py tests/test_jit.py -k "${FRONT_K:-lstm_step or jit or graph_mode or in_place or element_reads or autodiff}";;
+    optsmall) LIMIT=${OPT_LIMIT:-120} TAILN=9 run optsmall python3 benchmarks/optimizer.py --device cuda --models small --steps 3 --repeats 5 --json "$OUT/optimizer_small_gpu.json";;
     env) nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv; python3 -c "import numpy, numba, numba_cuda, cupy, torch, sys; print(sys.version.split()[0], numpy.__version__, numba.__version__, numba_cuda.__version__, cupy.__version__, torch.__version__)";;
     sanity) run sanity python3 -c "
 import numpy as np, cupy as cp, fusetree as ft
