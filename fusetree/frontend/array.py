@@ -399,6 +399,13 @@ class Array:
     # -- in-place writes -------------------------------------------------------------------------
     def __setitem__(self, key: Any, value: Any) -> None:
         refs = sys.getrefcount(value)  # first, as _RefProbe measures it: no local holds it yet
+        if key is Ellipsis and type(value) is Array and TAPE is None and engine.deferring():
+            # x[...] = expr of x's shape, stores deferred (an optimizer's statements): queued with
+            # none of the general checks below (no index, no broadcast, no complex dtype)
+            n, vn = self._node, value._node
+            if vn.shape == n.shape and n.dtype.kind != "c" and vn.dtype.kind != "c" and \
+                    engine.defer(self, value, _prepare):  # fmt: skip
+                return
         key = _int_slices(key)
         if TAPE is not None:
             self._traced_store(key, value)
