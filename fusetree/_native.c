@@ -2,7 +2,8 @@
  * fusetree/ir/node.py and fusetree/frontend/array.py are the definition and the fallback).
  *
  * What is here, each doing exactly what its Python twin does on its fast path:
- *   make_op(op, args, dtype, shape, device, attrs=())  ir.node.make_op
+ *   make_op(op, args, dtype, shape, device, attrs=())  ir.node.make_op (merge_leaves' common
+ *                                                      two-operand cases too; the rest in Python)
  *   make_float(value)                                  ir.node.make_scalar for a Python float
  *   wrap(node)                                         frontend.array.wrap
  *   operator(name, kind, fallback)                     an Array operator / one-operand function:
@@ -232,6 +233,146 @@ set_slot(PyObject *o, Py_ssize_t off, PyObject *v) /* steals v */
     Py_XDECREF(old);
 }
 
+static PyObject *
+iota(Py_ssize_t n, Py_ssize_t start)
+{
+    PyObject *t = PyTuple_New(n - start);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = start; i < n; i++) {
+        PyObject *v = PyLong_FromSsize_t(i);
+        if (v == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i - start, v);
+    }
+    return t;
+}
+
+static Py_ssize_t
+find(PyObject *t, Py_ssize_t n, PyObject *x) /* identity: nodes compare by identity */
+{
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (PyTuple_GET_ITEM(t, i) == x)
+            return i;
+    return -1;
+}
+
+/* ir.node.merge_leaves for two operands whose Bloom masks overlap, its common cases: b a leaf of a's
+ * tree, b's leaves ending a's, b with at most 8 leaves. Sets *leaves and *sharing (new references)
+ * and returns 1; 0 when the Python definition must run; -1 on error. */
+static int
+merge2(PyObject *a, PyObject *b, PyObject **leaves, PyObject **sharing)
+{
+    PyObject *first = leaves_of(a);
+    if (first == NULL)
+        return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(first);
+    PyObject *second = SLOT(b, N_leaves);
+    Py_ssize_t k = PyTuple_GET_SIZE(second);
+    PyObject *m0 = NULL, *m1 = NULL;
+    if (k == 0) { /* (x*y) + x: a tree and one of its own leaves */
+        Py_ssize_t j = find(first, n, b);
+        if (j < 0) {
+            *leaves = PyTuple_New(n + 1);
+            if (*leaves == NULL)
+                goto fail;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                Py_INCREF(PyTuple_GET_ITEM(first, i));
+                PyTuple_SET_ITEM(*leaves, i, PyTuple_GET_ITEM(first, i));
+            }
+            Py_INCREF(b);
+            PyTuple_SET_ITEM(*leaves, n, b);
+            Py_DECREF(first);
+            Py_INCREF(Py_None);
+            *sharing = Py_None;
+            return 1;
+        }
+        m0 = iota(n, 0);
+        m1 = m0 ? Py_BuildValue("(n)", j) : NULL;
+    } else if (k <= n) {
+        for (Py_ssize_t i = 0; i < k; i++)
+            if (PyTuple_GET_ITEM(first, n - k + i) != PyTuple_GET_ITEM(second, i))
+                goto small;
+        m0 = iota(n, 0); /* b's tree ends a's (evaluate(h, c), h = o * tanh(c)) */
+        m1 = m0 ? iota(n, n - k) : NULL;
+    } else {
+        goto small;
+    }
+    if (m1 == NULL)
+        goto fail;
+    *sharing = PyTuple_Pack(2, m0, m1);
+    Py_DECREF(m0);
+    Py_DECREF(m1);
+    if (*sharing == NULL) {
+        Py_DECREF(first);
+        return -1;
+    }
+    *leaves = first;
+    return 1;
+small:
+    if (k > 8) {
+        Py_DECREF(first);
+        return 0;
+    }
+    {
+        PyObject *merged = PyTuple_New(n + k), *where = PyTuple_New(k);
+        if (merged == NULL || where == NULL) {
+            Py_XDECREF(merged);
+            Py_XDECREF(where);
+            goto fail;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_INCREF(PyTuple_GET_ITEM(first, i));
+            PyTuple_SET_ITEM(merged, i, PyTuple_GET_ITEM(first, i));
+        }
+        Py_ssize_t m = n;
+        for (Py_ssize_t i = 0; i < k; i++) {
+            PyObject *leaf = PyTuple_GET_ITEM(second, i);
+            Py_ssize_t j = find(merged, m, leaf);
+            if (j < 0) {
+                j = m++;
+                Py_INCREF(leaf);
+                PyTuple_SET_ITEM(merged, j, leaf);
+            }
+            PyObject *v = PyLong_FromSsize_t(j);
+            if (v == NULL) {
+                Py_DECREF(merged); /* (unfilled items are NULL: tupledealloc skips them) */
+                Py_DECREF(where);
+                goto fail;
+            }
+            PyTuple_SET_ITEM(where, i, v);
+        }
+        Py_DECREF(first);
+        if (m < n + k && _PyTuple_Resize(&merged, m) < 0) {
+            Py_DECREF(where);
+            return -1;
+        }
+        *leaves = merged;
+        if (m == n + k) { /* a Bloom false positive */
+            Py_DECREF(where);
+            Py_INCREF(Py_None);
+            *sharing = Py_None;
+            return 1;
+        }
+        m0 = iota(n, 0);
+        *sharing = m0 ? PyTuple_Pack(2, m0, where) : NULL;
+        Py_XDECREF(m0);
+        Py_DECREF(where);
+        if (*sharing == NULL) {
+            Py_CLEAR(*leaves);
+            return -1;
+        }
+        return 1;
+    }
+fail:
+    Py_XDECREF(m0);
+    Py_XDECREF(m1);
+    Py_DECREF(first);
+    return -1;
+}
+
 /* the op node; NULL with an exception set on error. Arguments are borrowed. */
 static PyObject *
 make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObject *device,
@@ -252,7 +393,15 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
         long long l0 = PyLong_AsLongLong(SLOT(a0, N_lo)), l1 = PyLong_AsLongLong(SLOT(a1, N_lo));
         if (PyErr_Occurred())
             return NULL;
+        int done = 0;
         if (m0 & m1) {
+            done = merge2(a0, a1, &leaves, &sharing);
+            if (done < 0)
+                return NULL;
+        }
+        if (done) {
+            /* merged in C */
+        } else if (m0 & m1) {
             PyObject *r = PyObject_CallOneArg(MERGE, args);
             if (r == NULL)
                 return NULL;

@@ -70,6 +70,24 @@ def test_make_op_builds_the_python_definitions_nodes(rng, monkeypatch):
 
 
 @native
+def test_shared_leaves_merge_as_the_python_definition():
+    """The merge cases make_op does in C: a tree and its own leaf (either one), b's leaves ending
+    a's, a small merge, and a Bloom false positive (64 buffers: masks repeat every 64 uids)."""
+    f32 = np.dtype(np.float32)
+    xs = [nm.make_buffer(np.ones(3, np.float32), "cpu") for _ in range(70)]
+    x, y, z = xs[:3]
+    a = nm.make_op("multiply", (x, y), f32, (3,), "cpu")
+    c = nm.make_op("add", (y, z), f32, (3,), "cpu")
+    twin = next(w for w in xs[3:] if w.mask & x.mask)  # same Bloom bit as x, another leaf
+    cases = [(a, x), (a, y), (a, twin), (nm.make_op("add", (a, z), f32, (3,), "cpu"), a), (a, c), (c, a),
+             (nm.make_op("tanh", (a,), f32, (3,), "cpu"), a), (a, nm.make_op("add", (twin, z), f32, (3,), "cpu"))]  # fmt: skip
+    for args in cases:
+        got, want = nm.make_op("add", args, f32, (3,), "cpu"), nm.make_op_py("add", args, f32, (3,), "cpu")
+        _same(got, want)
+        assert nm.KEY_DESCRIPTIONS[got.key][-1] == nm.merge_leaves(args)[1]
+
+
+@native
 def test_make_op_keywords_and_bad_arguments_take_the_python_path():
     x = nm.make_buffer(np.ones(3, np.float32), "cpu")
     n = nm.make_op("negative", (x,), x.dtype, (3,), "cpu", attrs=())
