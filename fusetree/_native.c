@@ -35,7 +35,9 @@ static PyObject *VERIFYFN;      /* ir.node.verify */
 static PyObject *MAKE_OP_PY;    /* ir.node.make_op (the Python definition) */
 static PyObject *NODE_GLOBALS;  /* ir.node's namespace: VERIFY, WATCH */
 static PyObject *UIDS;          /* ir.node._uids (itertools.count) */
-static PyObject *FLOAT_DT, *FLOAT_KEY, *FLOAT_LO;
+static PyObject *FLOAT_DT, *FLOAT_KEY;
+#define LO_NONE_VALUE (1LL << 62) /* a node's ``lo`` with no op node below it (ir.node: 1 << 62) */
+static PyObject *LO_NONE;         /* the same as a Python int */
 static long long FLAG_BITS, ONE_LEVEL, F_REDUCE, F_EXPAND;
 static PyObject *EMPTY, *EMPTY_STR;
 static PyObject *S_buffer, *S_matmul, *S_scalar, *S_reduce, *S_expand, *S_VERIFY, *S_WATCH, *S_TAPE,
@@ -44,7 +46,8 @@ static PyObject *S_buffer, *S_matmul, *S_scalar, *S_reduce, *S_expand, *S_VERIFY
 /* state from setup_arrays */
 static PyTypeObject *ArrayT;
 static Py_ssize_t A_base, A_node, A_pmark, A_pref, A_views;
-static PyObject *PENDING, *DROP, *REALIZE, *ARRAY_GLOBALS, *CONFIG_GLOBALS, *RULES1, *RULES2,
+static PyObject *DROP; /* this module's drop (the pending arrays' weak-reference callback) */
+static PyObject *PENDING, *REALIZE, *ARRAY_GLOBALS, *CONFIG_GLOBALS, *RULES1, *RULES2,
     *MAKE_SCALAR_PY;
 static long long TOO_DEEP;
 static long long EXACT_INT;
@@ -121,9 +124,6 @@ setup_nodes_impl(PyObject *d)
     if (get_ll(d, "FLAG_BITS", &FLAG_BITS) || get_ll(d, "ONE_LEVEL", &ONE_LEVEL) ||
         get_ll(d, "REDUCE", &F_REDUCE) || get_ll(d, "EXPAND", &F_EXPAND))
         return NULL;
-    FLOAT_LO = PyLong_FromLongLong(1LL << 62);
-    if (FLOAT_LO == NULL)
-        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -141,7 +141,7 @@ setup_arrays_impl(PyObject *d)
     OFF(A_base, ArrayT, "_base") OFF(A_node, ArrayT, "_node") OFF(A_pmark, ArrayT, "_pmark")
     OFF(A_pref, ArrayT, "_pref") OFF(A_views, ArrayT, "_views")
 #undef OFF
-    if (!(PENDING = get_obj(d, "PENDING")) || !(DROP = get_obj(d, "drop")) ||
+    if (!(PENDING = get_obj(d, "PENDING")) ||
         !(REALIZE = get_obj(d, "realize")) || !(ARRAY_GLOBALS = get_obj(d, "globals")) ||
         !(CONFIG_GLOBALS = get_obj(d, "config_globals")) || !(RULES1 = get_obj(d, "RULES1")) ||
         !(RULES2 = get_obj(d, "RULES2")) || !(MAKE_SCALAR_PY = get_obj(d, "make_scalar")))
@@ -233,6 +233,44 @@ set_slot(PyObject *o, Py_ssize_t off, PyObject *v) /* steals v */
     Py_XDECREF(old);
 }
 
+/* (a.leaves or (a,)) + (b.leaves or (b,)): the leaves of two operands sharing none */
+static PyObject *
+concat_leaves(PyObject *a, PyObject *b)
+{
+    PyObject *x = SLOT(a, N_leaves), *y = SLOT(b, N_leaves);
+    Py_ssize_t nx = PyTuple_GET_SIZE(x), ny = PyTuple_GET_SIZE(y);
+    Py_ssize_t kx = nx ? nx : 1, ky = ny ? ny : 1;
+    PyObject *leaves = PyTuple_New(kx + ky);
+    if (leaves == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < kx; i++) {
+        PyObject *v = nx ? PyTuple_GET_ITEM(x, i) : a;
+        Py_INCREF(v);
+        PyTuple_SET_ITEM(leaves, i, v);
+    }
+    for (Py_ssize_t i = 0; i < ky; i++) {
+        PyObject *v = ny ? PyTuple_GET_ITEM(y, i) : b;
+        Py_INCREF(v);
+        PyTuple_SET_ITEM(leaves, kx + i, v);
+    }
+    return leaves;
+}
+
+/* ir.node.merge_leaves(args) in Python: sets *leaves and *sharing (new references); -1 on error */
+static int
+merge_py(PyObject *args, PyObject **leaves, PyObject **sharing)
+{
+    PyObject *r = PyObject_CallOneArg(MERGE, args);
+    if (r == NULL)
+        return -1;
+    *leaves = PyTuple_GET_ITEM(r, 0);
+    *sharing = PyTuple_GET_ITEM(r, 1);
+    Py_INCREF(*leaves);
+    Py_INCREF(*sharing);
+    Py_DECREF(r);
+    return 0;
+}
+
 static PyObject *
 iota(Py_ssize_t n, Py_ssize_t start)
 {
@@ -274,17 +312,11 @@ merge2(PyObject *a, PyObject *b, PyObject **leaves, PyObject **sharing)
     PyObject *m0 = NULL, *m1 = NULL;
     if (k == 0) { /* (x*y) + x: a tree and one of its own leaves */
         Py_ssize_t j = find(first, n, b);
-        if (j < 0) {
-            *leaves = PyTuple_New(n + 1);
-            if (*leaves == NULL)
-                goto fail;
-            for (Py_ssize_t i = 0; i < n; i++) {
-                Py_INCREF(PyTuple_GET_ITEM(first, i));
-                PyTuple_SET_ITEM(*leaves, i, PyTuple_GET_ITEM(first, i));
-            }
-            Py_INCREF(b);
-            PyTuple_SET_ITEM(*leaves, n, b);
+        if (j < 0) { /* a Bloom false positive */
             Py_DECREF(first);
+            *leaves = concat_leaves(a, b);
+            if (*leaves == NULL)
+                return -1;
             Py_INCREF(Py_None);
             *sharing = Py_None;
             return 1;
@@ -393,40 +425,14 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
         long long l0 = PyLong_AsLongLong(SLOT(a0, N_lo)), l1 = PyLong_AsLongLong(SLOT(a1, N_lo));
         if (PyErr_Occurred())
             return NULL;
-        int done = 0;
-        if (m0 & m1) {
-            done = merge2(a0, a1, &leaves, &sharing);
-            if (done < 0)
+        if (m0 & m1) { /* a leaf may be shared: the common cases here, the rest in Python */
+            int done = merge2(a0, a1, &leaves, &sharing);
+            if (done < 0 || (!done && merge_py(args, &leaves, &sharing) < 0))
                 return NULL;
-        }
-        if (done) {
-            /* merged in C */
-        } else if (m0 & m1) {
-            PyObject *r = PyObject_CallOneArg(MERGE, args);
-            if (r == NULL)
-                return NULL;
-            leaves = PyTuple_GET_ITEM(r, 0);
-            sharing = PyTuple_GET_ITEM(r, 1);
-            Py_INCREF(leaves);
-            Py_INCREF(sharing);
-            Py_DECREF(r);
         } else {
-            PyObject *x = SLOT(a0, N_leaves), *y = SLOT(a1, N_leaves);
-            Py_ssize_t nx = PyTuple_GET_SIZE(x), ny = PyTuple_GET_SIZE(y);
-            Py_ssize_t kx = nx ? nx : 1, ky = ny ? ny : 1;
-            leaves = PyTuple_New(kx + ky);
+            leaves = concat_leaves(a0, a1);
             if (leaves == NULL)
                 return NULL;
-            for (Py_ssize_t i = 0; i < kx; i++) {
-                PyObject *v = nx ? PyTuple_GET_ITEM(x, i) : a0;
-                Py_INCREF(v);
-                PyTuple_SET_ITEM(leaves, i, v);
-            }
-            for (Py_ssize_t i = 0; i < ky; i++) {
-                PyObject *v = ny ? PyTuple_GET_ITEM(y, i) : a1;
-                Py_INCREF(v);
-                PyTuple_SET_ITEM(leaves, kx + i, v);
-            }
             sharing = Py_None;
             Py_INCREF(sharing);
         }
@@ -441,21 +447,14 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
                 return NULL;
             sharing = Py_None;
             Py_INCREF(sharing);
-        } else {
-            PyObject *r = PyObject_CallOneArg(MERGE, args);
-            if (r == NULL)
-                return NULL;
-            leaves = PyTuple_GET_ITEM(r, 0);
-            sharing = PyTuple_GET_ITEM(r, 1);
-            Py_INCREF(leaves);
-            Py_INCREF(sharing);
-            Py_DECREF(r);
+        } else if (merge_py(args, &leaves, &sharing) < 0) {
+            return NULL;
         }
         ckeys = PyTuple_New(n);
         if (ckeys == NULL)
             goto fail;
         long long all = 0, deepest = 0;
-        lo = 1LL << 62;
+        lo = LO_NONE_VALUE;
         mask = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *a = PyTuple_GET_ITEM(args, i);
@@ -549,7 +548,7 @@ make_float(PyObject *v)
         return NULL;
     PyObject *zero = PyLong_FromLong(0);
     Py_INCREF(S_scalar); Py_INCREF(FLOAT_DT); Py_INCREF(EMPTY); Py_INCREF(EMPTY); Py_INCREF(FLOAT_KEY);
-    Py_INCREF(EMPTY); Py_INCREF(EMPTY_STR); Py_INCREF(FLOAT_LO); Py_INCREF(Py_None); Py_INCREF(v);
+    Py_INCREF(EMPTY); Py_INCREF(EMPTY_STR); Py_INCREF(LO_NONE); Py_INCREF(Py_None); Py_INCREF(v);
     Py_INCREF((PyObject *)&PyFloat_Type);
     set_slot(n, N_op, S_scalar);
     set_slot(n, N_dtype, FLOAT_DT);
@@ -562,7 +561,7 @@ make_float(PyObject *v)
     set_slot(n, N_uid, zero);
     set_slot(n, N_device, EMPTY_STR);
     set_slot(n, N_flags, zero);
-    set_slot(n, N_lo, FLOAT_LO);
+    set_slot(n, N_lo, LO_NONE);
     Py_INCREF(zero);
     set_slot(n, N_mask, zero);
     set_slot(n, N_memo, Py_None);
@@ -749,6 +748,20 @@ rule_out(PyObject *rules, PyObject *k0, PyObject *k1, PyObject *k2)
     return PyTuple_GET_ITEM(r, 0);
 }
 
+/* An operator's result, wrap(make_op(name, args, out, a.shape, a.device)); steals ``args`` (a
+ * tuple holding ``a``, so its shape and device stay alive), ``out`` is borrowed from a rule table */
+static PyObject *
+result(PyObject *name, PyObject *args, PyObject *out, PyObject *a)
+{
+    if (args == NULL)
+        return NULL;
+    Py_INCREF(out); /* (make_op may run Python code) */
+    PyObject *node = make_op_c(name, args, out, SLOT(a, N_shape), SLOT(a, N_device), EMPTY);
+    Py_DECREF(out);
+    Py_DECREF(args);
+    return wrap_c(node);
+}
+
 static PyObject *
 operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -767,14 +780,7 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *out = rule_out(RULES1, o->name, SLOT(a, N_dtype), NULL);
         if (out == NULL)
             goto fallback;
-        PyObject *t = PyTuple_Pack(1, a);
-        if (t == NULL)
-            return NULL;
-        Py_INCREF(out);
-        PyObject *node = make_op_c(o->name, t, out, SLOT(a, N_shape), SLOT(a, N_device), EMPTY);
-        Py_DECREF(out);
-        Py_DECREF(t);
-        return wrap_c(node);
+        return result(o->name, PyTuple_Pack(1, a), out, a);
     }
     if (nargs != 2 || Py_TYPE(args[0]) != ArrayT)
         goto fallback;
@@ -809,14 +815,7 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *out = rule_out(RULES2, o->name, SLOT(a, N_dtype), SLOT(b, N_dtype));
         if (out == NULL)
             goto fallback;
-        PyObject *pair = PyTuple_Pack(2, a, b);
-        if (pair == NULL)
-            return NULL;
-        Py_INCREF(out);
-        PyObject *node = make_op_c(o->name, pair, out, sa, da, EMPTY);
-        Py_DECREF(out);
-        Py_DECREF(pair);
-        return wrap_c(node);
+        return result(o->name, PyTuple_Pack(2, a, b), out, a);
     }
     {
         if (o->kind == REFLECTED && is_str(SLOT(a, N_op), S_matmul))
@@ -831,16 +830,10 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
             Py_DECREF(out);
             return NULL;
         }
-        PyObject *pair = o->kind == REFLECTED ? PyTuple_Pack(2, s, a) : PyTuple_Pack(2, a, s);
+        PyObject *r = result(o->name, o->kind == REFLECTED ? PyTuple_Pack(2, s, a) : PyTuple_Pack(2, a, s), out, a);
         Py_DECREF(s);
-        if (pair == NULL) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyObject *node = make_op_c(o->name, pair, out, SLOT(a, N_shape), SLOT(a, N_device), EMPTY);
-        Py_DECREF(pair);
         Py_DECREF(out);
-        return wrap_c(node);
+        return r;
     }
 fallback:
     if (PyErr_Occurred())
@@ -986,5 +979,9 @@ PyInit__native(void)
     if (!EMPTY || !EMPTY_STR || !S_buffer || !S_matmul || !S_scalar || !S_reduce || !S_expand || !S_VERIFY ||
         !S_WATCH || !S_TAPE || !S_current || !S_fuse)
         return NULL;
-    return PyModule_Create(&module);
+    LO_NONE = PyLong_FromLongLong(LO_NONE_VALUE);
+    PyObject *m = LO_NONE ? PyModule_Create(&module) : NULL;
+    if (m != NULL && (DROP = PyObject_GetAttrString(m, "drop")) == NULL)
+        Py_CLEAR(m);
+    return m;
 }

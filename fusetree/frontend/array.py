@@ -885,7 +885,7 @@ def unary(name: str, a: Node) -> Array:
 _NATIVE = _nm.NATIVE
 if _NATIVE is not None:
     NATIVE_SETUP = {
-        "Array": Array, "PENDING": _PENDING, "drop": _NATIVE.drop, "realize": lambda arrays: engine.realize(arrays),
+        "Array": Array, "PENDING": _PENDING, "realize": lambda arrays: engine.realize(arrays),
         "globals": globals(), "config_globals": vars(config), "RULES1": RULES1, "RULES2": RULES2,
         "make_scalar": make_scalar, "TOO_DEEP": _TOO_DEEP, "EXACT_INT": _EXACT_INT,
     }  # fmt: skip
