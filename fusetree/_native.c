@@ -10,8 +10,14 @@
  *       the memoized-rule fast path of frontend.array._binary / _unary / unary_function, calling
  *       ``fallback`` (the Python version) for anything else. While deferred stores are queued it
  *       shows buffer operands to the queue first (frontend.array._watch's job).
+ *   realize_hit(arrays)                                engine.realization.realize for values whose
+ *       one-kernel plan is cached and that store nothing else: key, plan lookup, allocation,
+ *       leaf binding (slices of a kernel's output by offset arithmetic: bind_leaf), the backend's
+ *       launch, the arrays made buffers (make_contiguous); declines the rest, changing nothing
+ *   pack_launch(fmt, buf, args, call, stream, params)  the CUDA backend's struct pack and
+ *       cuLaunchKernel, through the function pointer it hands over (set_launcher)
  *
- * The module imports nothing from fusetree: ``setup_nodes`` and ``setup_arrays`` hand it the
+ * The module imports nothing from fusetree: ``setup_nodes``, ``setup_arrays`` and ``setup_engine`` hand it the
  * classes, dicts and functions it uses, and it writes the Python classes' __slots__ directly (by
  * the member descriptors' offsets). Nodes and arrays built here are ordinary instances of those
  * classes. Set FUSETREE_NATIVE=0 to run without it.
@@ -19,15 +25,19 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <stdint.h>
+#include <string.h>
 
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 
 /* ------------------------------------------------------------------------------------------ */
 /* state from setup_nodes */
 
-static PyTypeObject *NodeT, *ScalarT;
+static PyTypeObject *NodeT, *ScalarT, *BufferT, *ViewLeafT;
 static Py_ssize_t N_args, N_attrs, N_device, N_dtype, N_flags, N_key, N_leaves, N_lo, N_mask,
-    N_memo, N_op, N_shape, N_uid, S_value, S_weak;
+    N_memo, N_op, N_shape, N_uid, S_value, S_weak, B_data, B_layout, B_bound, B_ptr, B_span, V_src_bound,
+    V_offset, V_estrides;
+static PyObject *BUFFER_KEYS;   /* ir.node._BUFFER_KEYS: (dtype, ndim, layout) -> key */
 static PyObject *KEYS;          /* ir.node._KEYS: structural tuple -> int */
 static PyObject *INTERN;        /* ir.node.intern_key (a miss: locks, appends the description) */
 static PyObject *MERGE;         /* ir.node.merge_leaves (shared leaves) */
@@ -38,8 +48,12 @@ static PyObject *UIDS;          /* ir.node._uids (itertools.count) */
 static PyObject *FLOAT_DT, *FLOAT_KEY;
 #define LO_NONE_VALUE (1LL << 62) /* a node's ``lo`` with no op node below it (ir.node: 1 << 62) */
 static PyObject *LO_NONE;         /* the same as a Python int */
-static long long FLAG_BITS, ONE_LEVEL, F_REDUCE, F_EXPAND;
+static PyObject *MINUS_ONE;
+static long long FLAG_BITS, ONE_LEVEL, F_REDUCE, F_EXPAND, F_GEMM;
+static PyObject *SHORT;         /* ir.dtypes.SHORT: dtype -> its short name */
 static PyObject *EMPTY, *EMPTY_STR;
+static PyObject *S_shape_attr;
+static PyObject *S_views, *S_b, *S_kind, *S_i, *S_ARITHMETIC, *S_strides;
 static PyObject *S_buffer, *S_matmul, *S_scalar, *S_reduce, *S_expand, *S_VERIFY, *S_WATCH, *S_TAPE,
     *S_current, *S_fuse;
 
@@ -51,6 +65,13 @@ static PyObject *PENDING, *REALIZE, *ARRAY_GLOBALS, *CONFIG_GLOBALS, *RULES1, *R
     *MAKE_SCALAR_PY;
 static long long TOO_DEEP;
 static long long EXACT_INT;
+/* views (frontend.views / frontend.array tables, read on __getitem__'s fast path) */
+static PyObject *BASIC_INDEX, *INDEX_SHAPES, *ELEMENT_STRIDES, *GEOMETRY, *VIEWS_GLOBALS, *COMPUTE_GEMM;
+static Py_ssize_t V_view, V_source, V_fn, V_src_strides;
+
+/* state from setup_engine */
+static PyObject *CONTEXTS, *STATS, *TICK, *HOOK, *STORES, *LOCK, *BY_SHAPE, *BIND_LEAF, *MAKE_CONTIGUOUS,
+    *SET_BUFFER, *SOURCE_BOUND;
 
 static Py_ssize_t
 slot_offset(PyTypeObject *t, const char *name)
@@ -104,25 +125,38 @@ setup_nodes_impl(PyObject *d)
         PyErr_SetString(PyExc_TypeError, "setup_nodes takes a dict");
         return NULL;
     }
-    PyObject *node = get_obj(d, "Node"), *scalar = get_obj(d, "Scalar");
-    if (node == NULL || scalar == NULL)
+    PyObject *node = get_obj(d, "Node"), *scalar = get_obj(d, "Scalar"), *buffer = get_obj(d, "Buffer"),
+             *viewleaf = get_obj(d, "ViewLeaf");
+    if (node == NULL || scalar == NULL || buffer == NULL || viewleaf == NULL)
         return NULL;
     NodeT = (PyTypeObject *)node;
     ScalarT = (PyTypeObject *)scalar;
+    BufferT = (PyTypeObject *)buffer;
+    ViewLeafT = (PyTypeObject *)viewleaf;
 #define OFF(var, t, name) if ((var = slot_offset(t, name)) < 0) return NULL;
     OFF(N_args, NodeT, "args") OFF(N_attrs, NodeT, "attrs") OFF(N_device, NodeT, "device")
     OFF(N_dtype, NodeT, "dtype") OFF(N_flags, NodeT, "flags") OFF(N_key, NodeT, "key")
     OFF(N_leaves, NodeT, "leaves") OFF(N_lo, NodeT, "lo") OFF(N_mask, NodeT, "mask")
     OFF(N_memo, NodeT, "memo") OFF(N_op, NodeT, "op") OFF(N_shape, NodeT, "shape")
     OFF(N_uid, NodeT, "uid") OFF(S_value, ScalarT, "value") OFF(S_weak, ScalarT, "weak")
+    OFF(B_data, BufferT, "data") OFF(B_layout, BufferT, "layout") OFF(B_bound, BufferT, "bound")
+    OFF(B_ptr, BufferT, "_ptr") OFF(B_span, BufferT, "_span") OFF(V_src_bound, ViewLeafT, "src_bound")
+    OFF(V_offset, ViewLeafT, "offset") OFF(V_estrides, ViewLeafT, "estrides")
+    OFF(V_view, ViewLeafT, "_view") OFF(V_source, ViewLeafT, "source") OFF(V_fn, ViewLeafT, "fn")
+    OFF(V_src_strides, ViewLeafT, "src_strides")
     if (!(KEYS = get_obj(d, "KEYS")) || !(INTERN = get_obj(d, "intern_key")) ||
         !(MERGE = get_obj(d, "merge_leaves")) || !(VERIFYFN = get_obj(d, "verify")) ||
         !(MAKE_OP_PY = get_obj(d, "make_op")) || !(NODE_GLOBALS = get_obj(d, "globals")) ||
         !(UIDS = get_obj(d, "uids")) || !(FLOAT_DT = get_obj(d, "FLOAT_DT")) ||
-        !(FLOAT_KEY = get_obj(d, "FLOAT_KEY")))
+        !(FLOAT_KEY = get_obj(d, "FLOAT_KEY")) || !(BUFFER_KEYS = get_obj(d, "BUFFER_KEYS")) ||
+        !(SHORT = get_obj(d, "SHORT")))
         return NULL;
+    if (!PyDict_Check(BUFFER_KEYS)) {
+        PyErr_SetString(PyExc_TypeError, "setup_nodes: BUFFER_KEYS is a dict");
+        return NULL;
+    }
     if (get_ll(d, "FLAG_BITS", &FLAG_BITS) || get_ll(d, "ONE_LEVEL", &ONE_LEVEL) ||
-        get_ll(d, "REDUCE", &F_REDUCE) || get_ll(d, "EXPAND", &F_EXPAND))
+        get_ll(d, "REDUCE", &F_REDUCE) || get_ll(d, "EXPAND", &F_EXPAND) || get_ll(d, "GEMM", &F_GEMM))
         return NULL;
     Py_RETURN_NONE;
 }
@@ -141,6 +175,15 @@ setup_arrays_impl(PyObject *d)
     OFF(A_base, ArrayT, "_base") OFF(A_node, ArrayT, "_node") OFF(A_pmark, ArrayT, "_pmark")
     OFF(A_pref, ArrayT, "_pref") OFF(A_views, ArrayT, "_views")
 #undef OFF
+    if (!(BASIC_INDEX = get_obj(d, "BASIC_INDEX")) || !(INDEX_SHAPES = get_obj(d, "INDEX_SHAPES")) ||
+        !(ELEMENT_STRIDES = get_obj(d, "ELEMENT_STRIDES")) || !(GEOMETRY = get_obj(d, "GEOMETRY")) ||
+        !(VIEWS_GLOBALS = get_obj(d, "views_globals")) || !(COMPUTE_GEMM = get_obj(d, "compute_gemm")))
+        return NULL;
+    if (!PyDict_Check(BASIC_INDEX) || !PyDict_Check(INDEX_SHAPES) || !PyDict_Check(ELEMENT_STRIDES) ||
+        !PyDict_Check(GEOMETRY) || !PyDict_Check(VIEWS_GLOBALS)) {
+        PyErr_SetString(PyExc_TypeError, "setup_arrays: the view tables are dicts");
+        return NULL;
+    }
     if (!(PENDING = get_obj(d, "PENDING")) ||
         !(REALIZE = get_obj(d, "realize")) || !(ARRAY_GLOBALS = get_obj(d, "globals")) ||
         !(CONFIG_GLOBALS = get_obj(d, "config_globals")) || !(RULES1 = get_obj(d, "RULES1")) ||
@@ -582,6 +625,77 @@ py_make_float(PyObject *self, PyObject *v)
     return make_float(v);
 }
 
+/* ir.node.make_gemm_sum(args, shape, dtype): a pending sum of GEMMs over operand buffers in pairs.
+ * Arguments borrowed; a new reference. */
+static PyObject *
+make_gemm_sum_c(PyObject *args, PyObject *shape, PyObject *dtype)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(args);
+    PyObject *sh = PyDict_GetItemWithError(SHORT, dtype);
+    if (sh == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_Format(PyExc_KeyError, "make_gemm_sum: dtype %R", dtype);
+        return NULL;
+    }
+    PyObject *keys = PyTuple_New(n);
+    if (keys == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = SLOT(PyTuple_GET_ITEM(args, i), N_key);
+        Py_INCREF(k);
+        PyTuple_SET_ITEM(keys, i, k);
+    }
+    PyObject *kt = Py_BuildValue("(OOnN)", S_matmul, sh, PyTuple_GET_SIZE(shape), keys);
+    PyObject *key = kt ? intern(kt) : NULL;
+    Py_XDECREF(kt);
+    if (key == NULL)
+        return NULL;
+    PyObject *node = NodeT->tp_alloc(NodeT, 0);
+    PyObject *uid = node ? PyIter_Next(UIDS) : NULL;
+    long long u = uid ? PyLong_AsLongLong(uid) : -1;
+    PyObject *mask = u >= 0 ? PyLong_FromUnsignedLongLong(1ULL << (u % 64)) : NULL;
+    PyObject *flags = mask ? PyLong_FromLongLong(F_GEMM) : NULL;
+    if (flags == NULL) {
+        Py_XDECREF(node); Py_XDECREF(uid); Py_XDECREF(mask);
+        Py_DECREF(key);
+        return NULL;
+    }
+    PyObject *device = SLOT(PyTuple_GET_ITEM(args, 0), N_device);
+    Py_INCREF(S_matmul); Py_INCREF(dtype); Py_INCREF(shape); Py_INCREF(args); Py_INCREF(EMPTY);
+    Py_INCREF(EMPTY); Py_INCREF(device); Py_INCREF(LO_NONE); Py_INCREF(Py_None);
+    set_slot(node, N_op, S_matmul);
+    set_slot(node, N_dtype, dtype);
+    set_slot(node, N_shape, shape);
+    set_slot(node, N_args, args);
+    set_slot(node, N_attrs, EMPTY);
+    set_slot(node, N_key, key);
+    set_slot(node, N_leaves, EMPTY);
+    set_slot(node, N_uid, uid);
+    set_slot(node, N_device, device);
+    set_slot(node, N_flags, flags);
+    set_slot(node, N_lo, LO_NONE);
+    set_slot(node, N_mask, mask);
+    set_slot(node, N_memo, Py_None);
+    return node;
+}
+
+static PyObject *
+py_make_gemm_sum(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!ready(0))
+        return NULL;
+    if (nargs != 3 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) < 2 || !PyTuple_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "make_gemm_sum(operand tuple, shape tuple, dtype)");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[0]); i++)
+        if (!node_ok(PyTuple_GET_ITEM(args[0], i))) {
+            PyErr_SetString(PyExc_TypeError, "make_gemm_sum: operands are IR nodes");
+            return NULL;
+        }
+    return make_gemm_sum_c(args[0], args[1], args[2]);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* arrays */
 
@@ -674,7 +788,7 @@ py_wrap(PyObject *self, PyObject *node)
 /* ------------------------------------------------------------------------------------------ */
 /* operators */
 
-enum { BINARY = 0, REFLECTED = 1, UNARY = 2 };
+enum { BINARY = 0, REFLECTED = 1, UNARY = 2, MATMUL = 3, GETITEM = 4 };
 
 typedef struct {
     PyObject_HEAD
@@ -762,6 +876,310 @@ result(PyObject *name, PyObject *args, PyObject *out, PyObject *a)
     return wrap_c(node);
 }
 
+/* frontend.array._seen_broadcast: buffer n's cached view broadcast to ``shape`` (a view made by
+ * frontend.array.broadcast, kept in n.bound["views"][("b", shape)]), borrowed; NULL when none */
+static PyObject *
+seen_broadcast(PyObject *n, PyObject *shape)
+{
+    if (!is_str(SLOT(n, N_op), S_buffer) || !PyObject_TypeCheck(n, BufferT))
+        return NULL;
+    PyObject *bound = SLOT(n, B_bound);
+    if (bound == NULL || !PyDict_Check(bound))
+        return NULL;
+    PyObject *views = PyDict_GetItemWithError(bound, S_views);
+    if (views == NULL || !PyDict_Check(views))
+        return NULL;
+    PyObject *k = PyTuple_Pack(2, S_b, shape);
+    if (k == NULL)
+        return NULL;
+    PyObject *v = PyDict_GetItemWithError(views, k);
+    Py_DECREF(k);
+    return v;
+}
+
+/* frontend.array.matmul's fast path: two 2-D arrays in memory of one float dtype and device, no
+ * gradient trace, no queued store: the pending GEMM. NULL without an error: not taken. */
+static PyObject *
+matmul_fast(PyObject *x, PyObject *y)
+{
+    PyObject *t = PyDict_GetItemWithError(ARRAY_GLOBALS, S_TAPE);
+    if ((t != NULL && t != Py_None) || STORES == NULL || PyList_GET_SIZE(STORES) > 0)
+        return NULL;
+    PyObject *a = SLOT(x, A_node), *b = SLOT(y, A_node);
+    if (a == NULL || b == NULL || !is_str(SLOT(a, N_op), S_buffer) || !is_str(SLOT(b, N_op), S_buffer))
+        return NULL;
+    PyObject *sa = SLOT(a, N_shape), *sb = SLOT(b, N_shape), *dt = SLOT(a, N_dtype);
+    if (PyTuple_GET_SIZE(sa) != 2 || PyTuple_GET_SIZE(sb) != 2)
+        return NULL;
+    int eq = PyObject_RichCompareBool(PyTuple_GET_ITEM(sa, 1), PyTuple_GET_ITEM(sb, 0), Py_EQ);
+    if (eq != 1)
+        return NULL;
+    PyObject *db = SLOT(b, N_dtype), *va = SLOT(a, N_device), *vb = SLOT(b, N_device);
+    if ((db != dt && PyObject_RichCompareBool(db, dt, Py_EQ) != 1) ||
+        (va != vb && PyObject_RichCompareBool(va, vb, Py_EQ) != 1))
+        return NULL;
+    PyObject *kind = PyObject_GetAttr(dt, S_kind);
+    if (kind == NULL)
+        return NULL;
+    int f = PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "f") == 0;
+    Py_DECREF(kind);
+    if (!f)
+        return NULL;
+    PyObject *shape = PyTuple_Pack(2, PyTuple_GET_ITEM(sa, 0), PyTuple_GET_ITEM(sb, 1));
+    PyObject *ops = shape ? PyTuple_Pack(2, a, b) : NULL;
+    PyObject *node = ops ? make_gemm_sum_c(ops, shape, dt) : NULL;
+    Py_XDECREF(shape);
+    Py_XDECREF(ops);
+    return wrap_c(node);
+}
+
+/* frontend.views.view_key: ("i", (start, stop, step) | int | None, ...) of a basic index of ints,
+ * slices and None; NULL without an error for anything else */
+static PyObject *
+view_key_c(PyObject *key)
+{
+    int tup = PyTuple_CheckExact(key);
+    Py_ssize_t n = tup ? PyTuple_GET_SIZE(key) : 1;
+    PyObject *out = PyTuple_New(n + 1);
+    if (out == NULL)
+        return NULL;
+    Py_INCREF(S_i);
+    PyTuple_SET_ITEM(out, 0, S_i);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *k = tup ? PyTuple_GET_ITEM(key, i) : key, *v;
+        if (PySlice_Check(k)) {
+            PySliceObject *sl = (PySliceObject *)k;
+            v = PyTuple_Pack(3, sl->start, sl->stop, sl->step);
+            if (v == NULL) {
+                Py_DECREF(out);
+                return NULL;
+            }
+        } else if (PyLong_CheckExact(k) || k == Py_None) {
+            Py_INCREF(k);
+            v = k;
+        } else {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i + 1, v);
+    }
+    return out;
+}
+
+/* frontend.views.cached_view: buffer n's view ``vk`` made before (borrowed), or NULL */
+static PyObject *
+cached_view_c(PyObject *n, PyObject *vk)
+{
+    if (!PyObject_TypeCheck(n, BufferT))
+        return NULL;
+    PyObject *bound = SLOT(n, B_bound);
+    if (bound == NULL || !PyDict_Check(bound))
+        return NULL;
+    PyObject *views = PyDict_GetItemWithError(bound, S_views);
+    if (views == NULL || !PyDict_Check(views))
+        return NULL;
+    return PyDict_GetItemWithError(views, vk);
+}
+
+/* ir.node.make_view_leaf with its layout known (frontend.views._arithmetic_view's geometry) */
+static PyObject *
+make_view_leaf_c(PyObject *source, PyObject *fn, PyObject *src_strides, PyObject *offset, PyObject *shape,
+                 PyObject *estrides, PyObject *dtype, PyObject *device, PyObject *lay, PyObject *key)
+{
+    PyObject *n = ViewLeafT->tp_alloc(ViewLeafT, 0);
+    PyObject *uid = n ? PyIter_Next(UIDS) : NULL;
+    long long u = uid ? PyLong_AsLongLong(uid) : -1;
+    PyObject *mask = u >= 0 ? PyLong_FromUnsignedLongLong(1ULL << (u % 64)) : NULL;
+    PyObject *zero = mask ? PyLong_FromLong(0) : NULL;
+    if (zero == NULL) {
+        Py_XDECREF(n); Py_XDECREF(uid); Py_XDECREF(mask);
+        return NULL;
+    }
+    Py_INCREF(S_buffer); Py_INCREF(dtype); Py_INCREF(shape); Py_INCREF(EMPTY); Py_INCREF(EMPTY);
+    Py_INCREF(key); Py_INCREF(EMPTY); Py_INCREF(device); Py_INCREF(LO_NONE); Py_INCREF(Py_None);
+    Py_INCREF(lay); Py_INCREF(Py_None); Py_INCREF(MINUS_ONE); Py_INCREF(Py_None); Py_INCREF(Py_None);
+    Py_INCREF(source); Py_INCREF(fn); Py_INCREF(src_strides); Py_INCREF(offset); Py_INCREF(estrides);
+    Py_INCREF(Py_None);
+    set_slot(n, N_op, S_buffer);
+    set_slot(n, N_dtype, dtype);
+    set_slot(n, N_shape, shape);
+    set_slot(n, N_args, EMPTY);
+    set_slot(n, N_attrs, EMPTY);
+    set_slot(n, N_key, key);
+    set_slot(n, N_leaves, EMPTY);
+    set_slot(n, N_uid, uid);
+    set_slot(n, N_device, device);
+    set_slot(n, N_flags, zero);
+    set_slot(n, N_lo, LO_NONE);
+    set_slot(n, N_mask, mask);
+    set_slot(n, N_memo, Py_None);
+    set_slot(n, B_layout, lay);
+    set_slot(n, B_bound, Py_None);
+    set_slot(n, B_ptr, MINUS_ONE);
+    set_slot(n, B_span, Py_None);
+    set_slot(n, V_view, Py_None);
+    set_slot(n, V_source, source);
+    set_slot(n, V_fn, fn);
+    set_slot(n, V_src_strides, src_strides);
+    set_slot(n, V_offset, offset);
+    set_slot(n, V_estrides, estrides);
+    set_slot(n, V_src_bound, Py_None);
+    return n;
+}
+
+/* frontend.views._leaf_view for one leaf of a pending op: a scalar itself, a buffer's cached view,
+ * a slice of a GEMM's output (computed first, as Python does) as a ViewLeaf from the memoized
+ * geometry. New reference; NULL without an error: the Python definition must run. */
+static PyObject *
+leaf_view_c(PyObject *a, PyObject *fn, PyObject *vk)
+{
+    PyObject *op = SLOT(a, N_op);
+    if (is_str(op, S_scalar)) {
+        Py_INCREF(a);
+        return a;
+    }
+    if (is_str(op, S_buffer)) {
+        PyObject *v = cached_view_c(a, vk);
+        Py_XINCREF(v);
+        return v;
+    }
+    if (!is_str(op, S_matmul))
+        return NULL;
+    PyObject *arith = PyDict_GetItemWithError(VIEWS_GLOBALS, S_ARITHMETIC);
+    if (arith == NULL || PySequence_Contains(arith, S_i) != 1)
+        return NULL;
+    PyObject *data = SLOT(a, N_memo);
+    if (data == Py_None) {
+        data = PyObject_CallOneArg(COMPUTE_GEMM, a);
+        if (data == NULL)
+            return NULL;
+    } else {
+        Py_INCREF(data);
+    }
+    PyObject *dtype = SLOT(a, N_dtype), *res = NULL, *k = NULL, *g = NULL, *dshape = NULL;
+    PyObject *strides = PyObject_GetAttr(data, S_strides);
+    if (strides == NULL || !(k = PyTuple_Pack(2, strides, dtype)))
+        goto out;
+    PyObject *src_strides = PyDict_GetItemWithError(ELEMENT_STRIDES, k);
+    Py_CLEAR(k);
+    if (src_strides == NULL || !(dshape = PyObject_GetAttr(data, S_shape_attr)))
+        goto out;
+    k = PyTuple_Pack(4, dshape, src_strides, vk, dtype);
+    g = k ? PyDict_GetItemWithError(GEOMETRY, k) : NULL; /* a ViewGeometry(shape, estrides, offset, layout) */
+    if (g == NULL || !PyTuple_Check(g) || PyTuple_GET_SIZE(g) != 4)
+        goto out;
+    PyObject *lay = PyTuple_GET_ITEM(g, 3);
+    if (!PyTuple_Check(lay) || PyTuple_GET_SIZE(lay) != 2)
+        goto out;
+    res = make_view_leaf_c(data, fn, src_strides, PyTuple_GET_ITEM(g, 2), PyTuple_GET_ITEM(g, 0),
+                           PyTuple_GET_ITEM(g, 1), dtype, SLOT(a, N_device), PyTuple_GET_ITEM(lay, 0),
+                           PyTuple_GET_ITEM(lay, 1));
+out:
+    Py_XDECREF(k);
+    Py_XDECREF(dshape);
+    Py_XDECREF(strides);
+    Py_DECREF(data);
+    return res;
+}
+
+/* Array.__getitem__'s common case: a basic index seen before (its pieces memoized) of memory (a
+ * cached view) or of one op over two distinct leaves (x@W + b: the gate slices of an LSTM step),
+ * no gradient trace, the array not itself a view of a pending array. New reference; NULL without
+ * an error: the Python definition runs. */
+static PyObject *
+getitem_fast(PyObject *self, PyObject *key)
+{
+    PyObject *t = PyDict_GetItemWithError(ARRAY_GLOBALS, S_TAPE);
+    if ((t != NULL && t != Py_None) || PyErr_Occurred())
+        return NULL;
+    PyObject *n = SLOT(self, A_node), *base = SLOT(self, A_base);
+    if (n == NULL || base != Py_None)
+        return NULL;
+    PyObject *vk = view_key_c(key);
+    if (vk == NULL)
+        return NULL;
+    PyObject *res = NULL, *sk = NULL, *v0 = NULL, *v1 = NULL;
+    if (is_str(SLOT(n, N_op), S_buffer)) {
+        PyObject *v = cached_view_c(n, vk);
+        if (v != NULL) {
+            Py_INCREF(v);
+            res = wrap_c(v);
+        }
+        goto out;
+    }
+    PyObject *basic = PyDict_GetItemWithError(BASIC_INDEX, vk);
+    if (basic == NULL || !PyTuple_Check(basic) || PyTuple_GET_SIZE(basic) != 2)
+        goto out;
+    PyObject *fn = PyTuple_GET_ITEM(basic, 1), *args = SLOT(n, N_args), *nop = SLOT(n, N_op);
+    if (PyTuple_GET_SIZE(args) != 2 || PyTuple_GET_SIZE(SLOT(n, N_leaves)) == 0 || is_str(nop, S_matmul) ||
+        is_str(nop, S_reduce) || is_str(nop, S_expand))
+        goto out; /* (a GEMM or a reduction at the root: Python realizes it first) */
+    PyObject *a0 = PyTuple_GET_ITEM(args, 0), *a1 = PyTuple_GET_ITEM(args, 1);
+    if (a0 == a1)
+        goto out;
+    for (int i = 0; i < 2; i++) {
+        PyObject *op = SLOT(i ? a1 : a0, N_op);
+        if (!is_str(op, S_buffer) && !is_str(op, S_scalar) && !is_str(op, S_matmul))
+            goto out; /* (a deeper tree: the Python walk) */
+    }
+    sk = PyTuple_Pack(2, vk, SLOT(n, N_shape));
+    PyObject *shape = sk ? PyDict_GetItemWithError(INDEX_SHAPES, sk) : NULL;
+    if (shape == NULL || !PyTuple_Check(shape))
+        goto out;
+    Py_INCREF(shape);
+    Py_INCREF(fn);
+    if ((v0 = leaf_view_c(a0, fn, vk)) != NULL && (v1 = leaf_view_c(a1, fn, vk)) != NULL) {
+        PyObject *pair = PyTuple_Pack(2, v0, v1);
+        PyObject *node = pair ? make_op_c(SLOT(n, N_op), pair, SLOT(n, N_dtype), shape, SLOT(n, N_device),
+                                          SLOT(n, N_attrs))
+                              : NULL;
+        Py_XDECREF(pair);
+        PyObject *v = wrap_c(node); /* (steals node) */
+        if (v != NULL) { /* Array._derive: the view's base, and the array's list of live views */
+            PyObject *rs = PyWeakref_NewRef(self, NULL), *rv = rs ? PyWeakref_NewRef(v, NULL) : NULL;
+            PyObject *b = rv ? PyTuple_Pack(2, rs, fn) : NULL;
+            PyObject *views = SLOT(self, A_views);
+            int ok = b != NULL;
+            if (ok && (views == NULL || views == Py_None)) {
+                views = PyList_New(0);
+                if (views == NULL)
+                    ok = 0;
+                else
+                    set_slot(self, A_views, views);
+            } else if (ok && PyList_Check(views) && PyList_GET_SIZE(views) > 32) {
+                Py_ssize_t w = 0; /* drop the dead ones */
+                for (Py_ssize_t i = 0; i < PyList_GET_SIZE(views); i++) {
+                    PyObject *r = PyList_GET_ITEM(views, i);
+                    if (PyWeakref_Check(r) && PyWeakref_GetObject(r) != Py_None) {
+                        Py_INCREF(r);
+                        PyList_SetItem(views, w++, r);
+                    }
+                }
+                ok = PyList_SetSlice(views, w, PyList_GET_SIZE(views), NULL) == 0;
+            }
+            if (ok && (!PyList_Check(views) || PyList_Append(views, rv) < 0))
+                ok = 0;
+            if (ok)
+                set_slot(v, A_base, Py_NewRef(b));
+            Py_XDECREF(rs); Py_XDECREF(rv); Py_XDECREF(b);
+            if (!ok) {
+                Py_CLEAR(v);
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "__getitem__: an array's _views is a list");
+            }
+        }
+        res = v;
+    }
+    Py_DECREF(shape);
+    Py_DECREF(fn);
+out:
+    Py_XDECREF(v0);
+    Py_XDECREF(v1);
+    Py_XDECREF(sk);
+    Py_DECREF(vk);
+    return res;
+}
+
 static PyObject *
 operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -781,6 +1199,22 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         if (out == NULL)
             goto fallback;
         return result(o->name, PyTuple_Pack(1, a), out, a);
+    }
+    if (o->kind == GETITEM) {
+        if (nargs != 2 || Py_TYPE(args[0]) != ArrayT)
+            goto fallback;
+        PyObject *r = getitem_fast(args[0], args[1]);
+        if (r != NULL || PyErr_Occurred())
+            return r;
+        goto fallback;
+    }
+    if (o->kind == MATMUL) {
+        if (nargs != 2 || Py_TYPE(args[0]) != ArrayT || Py_TYPE(args[1]) != ArrayT)
+            goto fallback;
+        PyObject *r = matmul_fast(args[0], args[1]);
+        if (r != NULL || PyErr_Occurred())
+            return r;
+        goto fallback;
     }
     if (nargs != 2 || Py_TYPE(args[0]) != ArrayT)
         goto fallback;
@@ -804,17 +1238,25 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         goto fallback;
     if (both) {
         PyObject *b = SLOT(other, A_node);
-        if (b == NULL || is_str(SLOT(a, N_op), S_matmul))
-            goto fallback;
+        if (b == NULL || (is_str(SLOT(a, N_op), S_matmul) && is_str(SLOT(b, N_op), S_matmul)))
+            goto fallback; /* (x@W + h@U: the Python operator folds the GEMMs) */
         PyObject *da = SLOT(a, N_device), *db = SLOT(b, N_device);
         if (da != db && PyObject_RichCompareBool(da, db, Py_EQ) != 1)
-            goto fallback;
-        PyObject *sa = SLOT(a, N_shape), *sb = SLOT(b, N_shape);
-        if (sa != sb && PyObject_RichCompareBool(sa, sb, Py_EQ) != 1)
             goto fallback;
         PyObject *out = rule_out(RULES2, o->name, SLOT(a, N_dtype), SLOT(b, N_dtype));
         if (out == NULL)
             goto fallback;
+        PyObject *sa = SLOT(a, N_shape), *sb = SLOT(b, N_shape);
+        if (sa != sb && PyObject_RichCompareBool(sa, sb, Py_EQ) != 1) {
+            /* a buffer broadcast to the other's shape before (x + bias, c[0] * x): its cached view
+             * (frontend.array._seen_broadcast); any other broadcast: the Python operator */
+            PyObject *v = seen_broadcast(b, sa);
+            if (v != NULL)
+                return result(o->name, PyTuple_Pack(2, a, v), out, a);
+            if (PyErr_Occurred() || (v = seen_broadcast(a, sb)) == NULL)
+                goto fallback;
+            return result(o->name, PyTuple_Pack(2, v, b), out, b);
+        }
         return result(o->name, PyTuple_Pack(2, a, b), out, a);
     }
     {
@@ -920,7 +1362,7 @@ py_operator(PyObject *self, PyObject *args)
     int kind;
     if (!PyArg_ParseTuple(args, "UiOU", &name, &kind, &fallback, &qualname))
         return NULL;
-    if (kind < BINARY || kind > UNARY || !PyCallable_Check(fallback)) {
+    if (kind < BINARY || kind > GETITEM || !PyCallable_Check(fallback)) {
         PyErr_SetString(PyExc_ValueError, "operator(name, kind 0-2, fallback callable, qualname)");
         return NULL;
     }
@@ -942,6 +1384,660 @@ py_operator(PyObject *self, PyObject *args)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* engine: a plan hit realized (engine.realization.realize's fast path) */
+
+
+static long long BY_SIZE;
+static PyObject *S_opts, *S_plans, *S_be, *S_single, *S_launcher, *S_geometry, *S_forms, *S_out_layouts,
+    *S_outputs, *S_keyed_by_shape, *S_used, *S_bound, *S_recorder, *S_tape, *S_empty, *S_launch,
+    *S_scalar_arg, *S_acquire, *S_release, *S_launches, *S_kernels, *S_plan_hits, *S_cache_hits, *S_C,
+    *S_offset_form, *S_itemsize;
+static PyObject *PATHS[9], *LAYOUTS[9]; /* ((0, ()), (1, ()), ...) and ("C", ...) per root count */
+#define MAX_ROOTS 8
+
+static PyObject *
+setup_engine_impl(PyObject *d)
+{
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "setup_engine takes a dict");
+        return NULL;
+    }
+    if (!(CONTEXTS = get_obj(d, "CONTEXTS")) || !(STATS = get_obj(d, "STATS")) ||
+        !(TICK = get_obj(d, "TICK")) || !(HOOK = get_obj(d, "HOOK")) || !(STORES = get_obj(d, "STORES")) ||
+        !(LOCK = get_obj(d, "LOCK")) || !(BY_SHAPE = get_obj(d, "BY_SHAPE")) ||
+        !(BIND_LEAF = get_obj(d, "bind_leaf")) || !(MAKE_CONTIGUOUS = get_obj(d, "make_contiguous")) ||
+        !(SET_BUFFER = get_obj(d, "set_buffer")) || !(SOURCE_BOUND = get_obj(d, "source_bound")))
+        return NULL;
+    if (get_ll(d, "BY_SIZE", &BY_SIZE))
+        return NULL;
+    if (!PyList_Check(STORES) || !PyDict_Check(CONTEXTS) || !PyDict_Check(STATS)) {
+        PyErr_SetString(PyExc_TypeError, "setup_engine: STORES is a list, CONTEXTS and STATS dicts");
+        return NULL;
+    }
+    for (int k = 1; k <= MAX_ROOTS; k++) {
+        PyObject *p = PyTuple_New(k), *l = PyTuple_New(k);
+        if (p == NULL || l == NULL)
+            return NULL;
+        for (int i = 0; i < k; i++) {
+            PyObject *e = Py_BuildValue("(iO)", i, EMPTY);
+            if (e == NULL)
+                return NULL;
+            PyTuple_SET_ITEM(p, i, e);
+            Py_INCREF(S_C);
+            PyTuple_SET_ITEM(l, i, S_C);
+        }
+        Py_XSETREF(PATHS[k], p);
+        Py_XSETREF(LAYOUTS[k], l);
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+setup_engine(PyObject *self, PyObject *d)
+{
+    PyObject *r = NodeT == NULL ? (PyErr_SetString(PyExc_RuntimeError, "setup_nodes first"), NULL)
+                                : setup_engine_impl(d); /* (realize_hit also needs setup_arrays) */
+    if (r == NULL)
+        Py_CLEAR(CONTEXTS); /* refuses: realize_hit declines */
+    return r;
+}
+
+/* STATS[name] += 1 */
+static int
+count(PyObject *name)
+{
+    PyObject *v = PyDict_GetItemWithError(STATS, name);
+    if (v == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    long long c = PyLong_AsLongLong(v);
+    PyObject *w = c == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(c + 1);
+    if (w == NULL)
+        return -1;
+    int r = PyDict_SetItem(STATS, name, w);
+    Py_DECREF(w);
+    return r;
+}
+
+/* attribute ``name`` of ``o`` is None (0), not None (1); -1 on error */
+static int
+attr_set(PyObject *o, PyObject *name)
+{
+    PyObject *v = PyObject_GetAttr(o, name);
+    if (v == NULL)
+        return -1;
+    int r = v != Py_None;
+    Py_DECREF(v);
+    return r;
+}
+
+/* engine.realization.set_buffer(arr, data, device, node) for an array with no live views (else the
+ * Python definition); no gradient tape is recording (checked by the caller). */
+static int
+set_buffer_c(PyObject *arr, PyObject *data, PyObject *device, PyObject *node)
+{
+    if (SLOT(arr, A_views) != Py_None) {
+        PyObject *r = PyObject_Vectorcall(SET_BUFFER, (PyObject *[]){arr, data, device, node}, 4, NULL);
+        Py_XDECREF(r);
+        return r == NULL ? -1 : 0;
+    }
+    Py_INCREF(node);
+    set_slot(arr, A_node, node);
+    Py_INCREF(Py_None);
+    set_slot(arr, A_base, Py_None);
+    PyObject *ref = SLOT(arr, A_pref);
+    if (ref != NULL && ref != Py_None) {
+        PyObject *id = PyLong_FromVoidPtr(ref);
+        if (id == NULL)
+            return -1;
+        if (PyDict_DelItem(PENDING, id) < 0) {
+            if (!PyErr_ExceptionMatches(PyExc_KeyError)) {
+                Py_DECREF(id);
+                return -1;
+            }
+            PyErr_Clear();
+        }
+        Py_DECREF(id);
+        Py_INCREF(Py_None);
+        set_slot(arr, A_pref, Py_None);
+    }
+    return 0;
+}
+
+/* ir.node.make_contiguous(data, device, shape, dtype): a leaf for a fresh C-contiguous array (the
+ * Python definition when its buffer key is not interned yet). New reference. */
+static PyObject *
+make_contiguous_c(PyObject *data, PyObject *device, PyObject *shape, PyObject *dt)
+{
+    PyObject *bk = Py_BuildValue("(OnO)", dt, PyTuple_GET_SIZE(shape), S_C);
+    if (bk == NULL)
+        return NULL;
+    PyObject *key = PyDict_GetItemWithError(BUFFER_KEYS, bk);
+    Py_DECREF(bk);
+    if (key == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_Vectorcall(MAKE_CONTIGUOUS, (PyObject *[]){data, device, shape, dt}, 4, NULL);
+    }
+    PyObject *n = BufferT->tp_alloc(BufferT, 0);
+    PyObject *uid = n ? PyIter_Next(UIDS) : NULL;
+    long long u = uid ? PyLong_AsLongLong(uid) : -1;
+    PyObject *mask = u >= 0 ? PyLong_FromUnsignedLongLong(1ULL << (u % 64)) : NULL;
+    PyObject *zero = mask ? PyLong_FromLong(0) : NULL;
+    if (zero == NULL) {
+        Py_XDECREF(n); Py_XDECREF(uid); Py_XDECREF(mask);
+        return NULL;
+    }
+    Py_INCREF(S_buffer); Py_INCREF(dt); Py_INCREF(shape); Py_INCREF(EMPTY); Py_INCREF(EMPTY);
+    Py_INCREF(key); Py_INCREF(EMPTY); Py_INCREF(device); Py_INCREF(LO_NONE); Py_INCREF(Py_None);
+    Py_INCREF(data); Py_INCREF(S_C); Py_INCREF(Py_None); Py_INCREF(MINUS_ONE); Py_INCREF(Py_None);
+    set_slot(n, N_op, S_buffer);
+    set_slot(n, N_dtype, dt);
+    set_slot(n, N_shape, shape);
+    set_slot(n, N_args, EMPTY);
+    set_slot(n, N_attrs, EMPTY);
+    set_slot(n, N_key, key);
+    set_slot(n, N_leaves, EMPTY);
+    set_slot(n, N_uid, uid);
+    set_slot(n, N_device, device);
+    set_slot(n, N_flags, zero);
+    set_slot(n, N_lo, LO_NONE);
+    set_slot(n, N_mask, mask);
+    set_slot(n, N_memo, Py_None);
+    set_slot(n, B_data, data);
+    set_slot(n, B_layout, S_C);
+    set_slot(n, B_bound, Py_None);
+    set_slot(n, B_ptr, MINUS_ONE);
+    set_slot(n, B_span, Py_None);
+    return n;
+}
+
+/* executor.bind_leaf(be, x, strided) for a buffer leaf with no binding of that form yet: a view
+ * described by arithmetic (ir.node.ViewLeaf) is bound from its source's binding in C when the
+ * backend's bind_offset has one of the forms of Backend.offset_form; else the Python definition.
+ * New reference. */
+static PyObject *
+bind_c(PyObject *be, long form, PyObject *x, PyObject *strided)
+{
+    if (form != 0 && Py_TYPE(x) == ViewLeafT && (form == 2 || strided == Py_True)) {
+        PyObject *src = SLOT(x, V_src_bound);
+        if (src == NULL || src == Py_None) {
+            src = PyObject_Vectorcall(SOURCE_BOUND, (PyObject *[]){be, x}, 2, NULL);
+            if (src == NULL)
+                return NULL;
+            set_slot(x, V_src_bound, src); /* (borrowed from the slot below) */
+        }
+        PyObject *off = SLOT(x, V_offset), *es = SLOT(x, V_estrides);
+        if (PyTuple_Check(src) && PyTuple_GET_SIZE(src) >= (form == 1 ? 2 : 1) && PyTuple_Check(es)) {
+            Py_ssize_t ne = strided == Py_True ? PyTuple_GET_SIZE(es) : 0, lead = form == 1 ? 2 : 1;
+            PyObject *a = PyTuple_New(lead + ne), *v0, *v1 = NULL;
+            if (a == NULL)
+                return NULL;
+            if (form == 1) { /* (array, element offset + offset, *estrides) */
+                v0 = PyTuple_GET_ITEM(src, 0);
+                Py_INCREF(v0);
+                v1 = PyNumber_Add(PyTuple_GET_ITEM(src, 1), off);
+                if (v1 == NULL) {
+                    Py_DECREF(v0);
+                    Py_DECREF(a);
+                    return NULL;
+                }
+                PyTuple_SET_ITEM(a, 0, v0);
+                PyTuple_SET_ITEM(a, 1, v1);
+            } else { /* (pointer + offset * itemsize, *estrides) */
+                PyObject *item = PyObject_GetAttr(SLOT(x, N_dtype), S_itemsize);
+                PyObject *bytes = item ? PyNumber_Multiply(off, item) : NULL;
+                v0 = bytes ? PyNumber_Add(PyTuple_GET_ITEM(src, 0), bytes) : NULL;
+                Py_XDECREF(item);
+                Py_XDECREF(bytes);
+                if (v0 == NULL) {
+                    Py_DECREF(a);
+                    return NULL;
+                }
+                PyTuple_SET_ITEM(a, 0, v0);
+            }
+            for (Py_ssize_t i = 0; i < ne; i++) {
+                Py_INCREF(PyTuple_GET_ITEM(es, i));
+                PyTuple_SET_ITEM(a, lead + i, PyTuple_GET_ITEM(es, i));
+            }
+            PyObject *bound = SLOT(x, B_bound);
+            if (bound == NULL || bound == Py_None) {
+                bound = PyDict_New();
+                if (bound == NULL) {
+                    Py_DECREF(a);
+                    return NULL;
+                }
+                set_slot(x, B_bound, bound);
+            }
+            if (!PyDict_Check(bound) || PyDict_SetItem(bound, strided, a) < 0) {
+                Py_DECREF(a);
+                return PyErr_Occurred() ? NULL : PyObject_Vectorcall(BIND_LEAF, (PyObject *[]){be, x, strided}, 3, NULL);
+            }
+            return a;
+        }
+    }
+    return PyObject_Vectorcall(BIND_LEAF, (PyObject *[]){be, x, strided}, 3, NULL);
+}
+
+/* The launch of a cached single-kernel plan (locked by the caller): returns 1 when done, 0 when
+ * the plan is not such a plan (nothing was changed), -1 on error. */
+static int
+launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t narrays, Py_ssize_t *owner,
+           PyObject *device, PyObject *shape)
+{
+    int done = 0;
+    PyObject *ctx = NULL, *plans = NULL, *be = NULL, *leaves = NULL, *sharing = NULL, *key = NULL,
+             *plan = NULL, *single = NULL, *launcher = NULL, *forms = NULL, *layouts = NULL, *outputs = NULL,
+             *outs = NULL, *args = NULL, *r = NULL;
+    ctx = PyDict_GetItemWithError(CONTEXTS, device);
+    if (ctx == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    Py_INCREF(ctx);
+    PyObject *cur = PyDict_GetItemWithError(CONFIG_GLOBALS, S_current);
+    PyObject *opts = cur ? PyObject_GetAttr(ctx, S_opts) : NULL;
+    if (opts == NULL)
+        goto decline;
+    Py_DECREF(opts);
+    if (opts != cur)
+        goto decline;
+    Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
+    for (Py_ssize_t i = 0; i < ndim; i++)
+        if (PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i)) == 0) /* (nothing to launch: Python) */
+            goto decline;
+    if (nroots == 1) {
+        leaves = SLOT(roots[0], N_leaves);
+        Py_INCREF(leaves);
+        key = Py_BuildValue("(On)", SLOT(roots[0], N_key), ndim);
+    } else {
+        PyObject *keys = PyTuple_New(nroots);
+        if (keys == NULL)
+            goto fail;
+        unsigned long long m = 0;
+        int disjoint = 1;
+        for (Py_ssize_t i = 0; i < nroots; i++) {
+            Py_INCREF(SLOT(roots[i], N_key));
+            PyTuple_SET_ITEM(keys, i, SLOT(roots[i], N_key));
+            unsigned long long mi = PyLong_AsUnsignedLongLong(SLOT(roots[i], N_mask));
+            if (mi & m)
+                disjoint = 0;
+            m |= mi;
+        }
+        if (PyErr_Occurred()) {
+            Py_DECREF(keys);
+            goto fail;
+        }
+        int merged = 0;
+        if (nroots == 2 && disjoint) {
+            leaves = concat_leaves(roots[0], roots[1]);
+            sharing = Py_None;
+            Py_INCREF(sharing);
+            merged = leaves != NULL ? 1 : -1;
+        } else if (nroots == 2) {
+            merged = merge2(roots[0], roots[1], &leaves, &sharing);
+        }
+        if (merged == 0) {
+            PyObject *t = PyTuple_New(nroots);
+            if (t == NULL) {
+                Py_DECREF(keys);
+                goto fail;
+            }
+            for (Py_ssize_t i = 0; i < nroots; i++) {
+                Py_INCREF(roots[i]);
+                PyTuple_SET_ITEM(t, i, roots[i]);
+            }
+            merged = merge_py(t, &leaves, &sharing) < 0 ? -1 : 1;
+            Py_DECREF(t);
+        }
+        if (merged < 0) {
+            Py_DECREF(keys);
+            goto fail;
+        }
+        key = Py_BuildValue("(NOOOn)", keys, sharing, PATHS[nroots], LAYOUTS[nroots], ndim);
+    }
+    if (key == NULL)
+        goto fail;
+    if (!(plans = PyObject_GetAttr(ctx, S_plans)) || !(be = PyObject_GetAttr(ctx, S_be)))
+        goto fail;
+    plan = PyDict_GetItemWithError(plans, key);
+    if (plan == NULL) {
+        if (PyErr_Occurred())
+            goto fail;
+        goto decline;
+    }
+    Py_INCREF(plan);
+    if (plan == BY_SHAPE)
+        goto decline;
+    PyObject *kbs = PyObject_GetAttr(plan, S_keyed_by_shape);
+    int by_shape = kbs ? PyObject_IsTrue(kbs) : -1;
+    Py_XDECREF(kbs);
+    if (by_shape < 0)
+        goto fail;
+    if (by_shape)
+        goto decline;
+    if (!(single = PyObject_GetAttr(plan, S_single)))
+        goto fail;
+    if (single == Py_None)
+        goto decline;
+    int geo = attr_set(single, S_geometry);
+    if (geo < 0 || !(launcher = PyObject_GetAttr(single, S_launcher)) || !(outputs = PyObject_GetAttr(plan, S_outputs)))
+        goto fail;
+    if (geo || launcher == Py_None || !PyList_Check(outputs) || PyList_GET_SIZE(outputs) != nroots)
+        goto decline;
+    if (!(forms = PyObject_GetAttr(single, S_forms)) || !(layouts = PyObject_GetAttr(single, S_out_layouts)))
+        goto fail;
+    Py_ssize_t nleaves = PyTuple_GET_SIZE(leaves);
+    if (!PyTuple_Check(forms) || PyTuple_GET_SIZE(forms) != nleaves)
+        goto decline;
+    /* a hit: allocate, bind, launch (as executor.run) */
+    if (count(S_plan_hits) < 0 || count(S_cache_hits) < 0)
+        goto fail;
+    PyObject *tick = PyIter_Next(TICK);
+    if (tick == NULL || PyObject_SetAttr(plan, S_used, tick) < 0) {
+        Py_XDECREF(tick);
+        goto fail;
+    }
+    Py_DECREF(tick);
+    if (!(outs = PyList_New(nroots)))
+        goto fail;
+    for (Py_ssize_t i = 0; i < nroots; i++) {
+        PyObject *o = PyList_GET_ITEM(outputs, i);
+        if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 2) {
+            PyErr_SetString(PyExc_TypeError, "plan outputs are (shape, dtype)");
+            goto fail;
+        }
+        PyObject *a = PyObject_VectorcallMethod(S_empty, (PyObject *[]){be, shape, PyTuple_GET_ITEM(o, 1)},
+                                                3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (a == NULL)
+            goto fail;
+        PyList_SET_ITEM(outs, i, a);
+    }
+    if (!(args = PyList_New(0)))
+        goto fail;
+    PyObject *pform = PyObject_GetAttr(be, S_offset_form);
+    long form = pform ? PyLong_AsLong(pform) : -1;
+    Py_XDECREF(pform);
+    if (form == -1 && PyErr_Occurred())
+        goto fail;
+    if (form < 0 || form > 2)
+        form = 0;
+    for (Py_ssize_t i = 0; i < nleaves; i++) {
+        PyObject *x = PyTuple_GET_ITEM(leaves, i), *strided = PyTuple_GET_ITEM(forms, i);
+        if (is_str(SLOT(x, N_op), S_buffer)) {
+            PyObject *bound = PyObject_GetAttr(x, S_bound), *a = NULL;
+            if (bound == NULL)
+                goto fail;
+            if (PyDict_Check(bound)) {
+                a = PyDict_GetItemWithError(bound, strided);
+                Py_XINCREF(a);
+            }
+            Py_DECREF(bound);
+            if (a == NULL) {
+                if (PyErr_Occurred())
+                    goto fail;
+                a = bind_c(be, form, x, strided);
+                if (a == NULL)
+                    goto fail;
+            }
+            if (!PyTuple_Check(a)) {
+                Py_DECREF(a);
+                PyErr_SetString(PyExc_TypeError, "a leaf's binding is a tuple");
+                goto fail;
+            }
+            for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(a); j++)
+                if (PyList_Append(args, PyTuple_GET_ITEM(a, j)) < 0) {
+                    Py_DECREF(a);
+                    goto fail;
+                }
+            Py_DECREF(a);
+        } else {
+            PyObject *v = PyObject_VectorcallMethod(S_scalar_arg, (PyObject *[]){be, x},
+                                                    2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (v == NULL || PyList_Append(args, v) < 0) {
+                Py_XDECREF(v);
+                goto fail;
+            }
+            Py_DECREF(v);
+        }
+    }
+    r = PyObject_VectorcallMethod(S_launch, (PyObject *[]){be, launcher, args, outs, layouts, shape},
+                                  6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (r == NULL || count(S_launches) < 0 || count(S_kernels) < 0)
+        goto fail;
+    /* the arrays become buffers over the outputs */
+    for (Py_ssize_t i = 0; i < nroots; i++) {
+        PyObject *o = PyList_GET_ITEM(outs, i);
+        PyObject *node = make_contiguous_c(o, device, SLOT(roots[i], N_shape), SLOT(roots[i], N_dtype));
+        if (node == NULL)
+            goto fail;
+        for (Py_ssize_t j = 0; j < narrays; j++)
+            if (owner[j] == i && set_buffer_c(arrays[j], o, device, node) < 0) {
+                Py_DECREF(node);
+                goto fail;
+            }
+        Py_DECREF(node);
+    }
+    done = 1;
+    goto out;
+decline:
+    if (PyErr_Occurred())
+        goto fail;
+    done = 0;
+    goto out;
+fail:
+    done = -1;
+out:
+    Py_XDECREF(ctx); Py_XDECREF(plans); Py_XDECREF(be); Py_XDECREF(leaves); Py_XDECREF(sharing);
+    Py_XDECREF(key); Py_XDECREF(plan); Py_XDECREF(single); Py_XDECREF(launcher); Py_XDECREF(forms);
+    Py_XDECREF(layouts); Py_XDECREF(outputs); Py_XDECREF(outs); Py_XDECREF(args); Py_XDECREF(r);
+    return done;
+}
+
+/* realize_hit(arrays): engine.realization.realize for values whose one-kernel plan is cached and
+ * that store nothing else (no other live pending value, no deferred store queued, no trace
+ * recording): True when done, False when the Python definition must run (nothing was changed). */
+static PyObject *
+py_realize_hit(PyObject *self, PyObject *seq)
+{
+    if (CONTEXTS == NULL || NodeT == NULL || ArrayT == NULL || !(PyTuple_CheckExact(seq) || PyList_CheckExact(seq)))
+        Py_RETURN_FALSE;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    if (n < 1 || n > MAX_ROOTS || PyList_GET_SIZE(STORES) > 0 || PyDict_GET_SIZE(PENDING) > n)
+        Py_RETURN_FALSE;
+    int rec = attr_set(HOOK, S_recorder), tape = rec ? rec : attr_set(HOOK, S_tape);
+    if (rec != 0 || tape != 0)
+        return rec < 0 || tape < 0 ? NULL : Py_NewRef(Py_False);
+    PyObject *arrays[MAX_ROOTS], *roots[MAX_ROOTS];
+    Py_ssize_t owner[MAX_ROOTS], nroots = 0;
+    PyObject *device = NULL, *shape = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = items[i];
+        if (Py_TYPE(a) != ArrayT || SLOT(a, A_node) == NULL || SLOT(a, A_base) != Py_None)
+            Py_RETURN_FALSE;
+        PyObject *x = SLOT(a, A_node);
+        arrays[i] = a;
+        if (is_str(SLOT(x, N_op), S_buffer)) {
+            if (n == 1)
+                Py_RETURN_TRUE; /* memory already */
+            Py_RETURN_FALSE;
+        }
+        long long flags = PyLong_AsLongLong(SLOT(x, N_flags));
+        if (flags == -1 && PyErr_Occurred())
+            return NULL;
+        if (PyTuple_GET_SIZE(SLOT(x, N_leaves)) == 0 || (flags & BY_SIZE))
+            Py_RETURN_FALSE; /* (a GEMM, a reduction: Python) */
+        if (i == 0) {
+            device = SLOT(x, N_device);
+            shape = SLOT(x, N_shape);
+            if (!PyUnicode_Check(device) || PyUnicode_GET_LENGTH(device) == 0 || !PyTuple_Check(shape))
+                Py_RETURN_FALSE;
+        } else {
+            PyObject *d = SLOT(x, N_device), *s = SLOT(x, N_shape);
+            if ((d != device && PyObject_RichCompareBool(d, device, Py_EQ) != 1) ||
+                (s != shape && PyObject_RichCompareBool(s, shape, Py_EQ) != 1)) {
+                PyErr_Clear();
+                Py_RETURN_FALSE;
+            }
+        }
+        Py_ssize_t j = 0;
+        while (j < nroots && roots[j] != x)
+            j++;
+        if (j == nroots)
+            roots[nroots++] = x;
+        owner[i] = j;
+    }
+    for (Py_ssize_t i = 0; i < nroots; i++)
+        Py_INCREF(roots[i]); /* (held while Python code runs) */
+    Py_INCREF(device);
+    Py_INCREF(shape);
+    PyObject *res = NULL;
+    PyObject *lk = PyObject_CallMethodNoArgs(LOCK, S_acquire);
+    if (lk != NULL) {
+        Py_DECREF(lk);
+        int done = launch_hit(roots, nroots, arrays, n, owner, device, shape);
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *ul = PyObject_CallMethodNoArgs(LOCK, S_release);
+        if (et != NULL) {
+            Py_XDECREF(ul);
+            PyErr_Restore(et, ev, tb);
+        } else if (ul != NULL) {
+            Py_DECREF(ul);
+            res = done < 0 ? NULL : Py_NewRef(done ? Py_True : Py_False);
+        }
+    }
+    for (Py_ssize_t i = 0; i < nroots; i++)
+        Py_DECREF(roots[i]);
+    Py_DECREF(device);
+    Py_DECREF(shape);
+    return res;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* a CUDA launch: the parameters packed and cuLaunchKernel called through the pointer the CUDA
+ * backend hands over (it owns libcuda; nothing here loads or knows a driver) */
+
+typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                         unsigned shmem, void *stream, void **params, void **extra);
+static launch_fn CU_LAUNCH;
+
+static PyObject *
+py_set_launcher(PyObject *self, PyObject *addr)
+{
+    void *p = addr == Py_None ? NULL : PyLong_AsVoidPtr(addr);
+    if (p == NULL && PyErr_Occurred())
+        return NULL;
+    launch_fn old = CU_LAUNCH;
+    CU_LAUNCH = (launch_fn)p;
+    if (old == NULL)
+        Py_RETURN_NONE;
+    return PyLong_FromVoidPtr((void *)old);
+}
+
+/* pack_launch(fmt, buf, args, call, stream, params) -> the driver's status: ``args`` packed into
+ * the 8-byte slots at address ``buf`` by ``fmt`` (bytes of 'Q' pointer, 'q' int64, 'd' float64;
+ * codegen.abi: every CUDA parameter is 8 bytes; None: packed already), then
+ * cuLaunchKernel(*call, stream, params, NULL) with ``call`` = (function, gx, gy, gz, bx, by, bz,
+ * shared bytes). */
+static PyObject *
+py_pack_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs != 6 || !PyTuple_Check(a[3]) || PyTuple_GET_SIZE(a[3]) != 8) {
+        PyErr_SetString(PyExc_TypeError, "pack_launch(fmt, buf, args, call 8-tuple, stream, params)");
+        return NULL;
+    }
+    if (CU_LAUNCH == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "pack_launch: no launch function (set_launcher)");
+        return NULL;
+    }
+    if (a[0] != Py_None) {
+        if (!PyBytes_Check(a[0]) || !(PyList_Check(a[2]) || PyTuple_Check(a[2]))) {
+            PyErr_SetString(PyExc_TypeError, "pack_launch: fmt is bytes, args a list or tuple");
+            return NULL;
+        }
+        const char *fmt = PyBytes_AS_STRING(a[0]);
+        Py_ssize_t n = PyBytes_GET_SIZE(a[0]);
+        Py_ssize_t m = PySequence_Fast_GET_SIZE(a[2]);
+        PyObject **items = PySequence_Fast_ITEMS(a[2]);
+        if (m != n) {
+            PyErr_Format(PyExc_ValueError, "pack_launch: %zd arguments for %zd parameters", m, n);
+            return NULL;
+        }
+        char *buf = (char *)PyLong_AsVoidPtr(a[1]);
+        if (buf == NULL) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "pack_launch: null parameter buffer");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *v = items[i];
+            char *slot = buf + 8 * i;
+            if (fmt[i] == 'd') {
+                double d = PyFloat_AsDouble(v);
+                if (d == -1.0 && PyErr_Occurred())
+                    return NULL;
+                memcpy(slot, &d, 8);
+            } else if (fmt[i] == 'Q') {
+                unsigned long long u = PyLong_AsUnsignedLongLong(v);
+                if (u == (unsigned long long)-1 && PyErr_Occurred())
+                    return NULL;
+                memcpy(slot, &u, 8);
+            } else if (fmt[i] == 'q') {
+                long long q = PyLong_AsLongLong(v);
+                if (q == -1 && PyErr_Occurred())
+                    return NULL;
+                memcpy(slot, &q, 8);
+            } else {
+                PyErr_Format(PyExc_ValueError, "pack_launch: parameter format %c", fmt[i]);
+                return NULL;
+            }
+        }
+    }
+    unsigned long long c[8];
+    for (int i = 0; i < 8; i++) {
+        c[i] = i == 0 ? (unsigned long long)(uintptr_t)PyLong_AsVoidPtr(PyTuple_GET_ITEM(a[3], 0))
+                      : PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(a[3], i));
+        if (PyErr_Occurred())
+            return NULL;
+    }
+    void *stream = PyLong_AsVoidPtr(a[4]), *params = PyLong_AsVoidPtr(a[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    int st = CU_LAUNCH((void *)(uintptr_t)c[0], (unsigned)c[1], (unsigned)c[2], (unsigned)c[3], (unsigned)c[4],
+                       (unsigned)c[5], (unsigned)c[6], (unsigned)c[7], stream, (void **)params, NULL);
+    return PyLong_FromLong(st);
+}
+
+/* the two pieces above as functions (their tests compare them with the Python definitions) */
+static PyObject *
+py_bind_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (CONTEXTS == NULL || !ready(0))
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_RuntimeError, "fusetree._native is not set up"), NULL);
+    if (nargs != 3 || !PyObject_TypeCheck(args[1], BufferT)) {
+        PyErr_SetString(PyExc_TypeError, "bind_leaf(backend, buffer leaf, strided)");
+        return NULL;
+    }
+    PyObject *pform = PyObject_GetAttr(args[0], S_offset_form);
+    long form = pform ? PyLong_AsLong(pform) : -1;
+    Py_XDECREF(pform);
+    if (form == -1 && PyErr_Occurred())
+        return NULL;
+    return bind_c(args[0], form < 0 || form > 2 ? 0 : form, args[1], PyObject_IsTrue(args[2]) ? Py_True : Py_False);
+}
+
+static PyObject *
+py_make_contiguous(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (CONTEXTS == NULL || !ready(0))
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_RuntimeError, "fusetree._native is not set up"), NULL);
+    if (nargs != 4 || !PyTuple_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "make_contiguous(data, device, shape tuple, dtype)");
+        return NULL;
+    }
+    return make_contiguous_c(args[0], args[1], args[2], args[3]);
+}
+
+/* ------------------------------------------------------------------------------------------ */
 
 static PyMethodDef methods[] = {
     {"setup_nodes", setup_nodes, METH_O, "Hand the IR's classes and tables to the module."},
@@ -949,11 +2045,25 @@ static PyMethodDef methods[] = {
     {"make_op", (PyCFunction)(void (*)(void))py_make_op, METH_FASTCALL | METH_KEYWORDS,
      "make_op(op, args, dtype, shape, device, attrs=()): ir.node.make_op in C."},
     {"make_float", py_make_float, METH_O, "ir.node.make_scalar for a Python float."},
+    {"make_gemm_sum", (PyCFunction)(void (*)(void))py_make_gemm_sum, METH_FASTCALL,
+     "make_gemm_sum(args, shape, dtype): ir.node.make_gemm_sum in C."},
     {"wrap", py_wrap, METH_O, "frontend.array.wrap in C."},
     {"drop", py_drop, METH_O, "engine.state.drop in C (PENDING.pop(id(ref), None))."},
+    {"setup_engine", setup_engine, METH_O, "Hand the engine's tables and Python definitions to the module."},
+    {"realize_hit", py_realize_hit, METH_O,
+     "realize_hit(arrays): engine.realization.realize for a cached one-kernel plan; False: not taken."},
+    {"bind_leaf", (PyCFunction)(void (*)(void))py_bind_leaf, METH_FASTCALL,
+     "bind_leaf(backend, leaf, strided): engine.executor.bind_leaf as realize_hit runs it."},
+    {"make_contiguous", (PyCFunction)(void (*)(void))py_make_contiguous, METH_FASTCALL,
+     "make_contiguous(data, device, shape, dtype): ir.node.make_contiguous in C."},
+    {"set_launcher", py_set_launcher, METH_O,
+     "set_launcher(address or None): the cuLaunchKernel pack_launch calls (the CUDA backend's libcuda); "
+     "returns the previous one."},
+    {"pack_launch", (PyCFunction)(void (*)(void))py_pack_launch, METH_FASTCALL,
+     "pack_launch(fmt, buf, args, call, stream, params): pack 8-byte parameters, cuLaunchKernel; its status."},
     {"operator", py_operator, METH_VARARGS,
      "operator(name, kind, fallback, qualname): an Array operator (kind 0 binary, 1 reflected, "
-     "2 one operand) with the fast path in C."},
+     "2 one operand, 3 matmul, 4 basic index) with the fast path in C."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "fusetree._native",
@@ -976,11 +2086,66 @@ PyInit__native(void)
     S_TAPE = PyUnicode_InternFromString("TAPE");
     S_current = PyUnicode_InternFromString("current");
     S_fuse = PyUnicode_InternFromString("fuse");
+    if (!(S_views = PyUnicode_InternFromString("views")) || !(S_b = PyUnicode_InternFromString("b")) ||
+        !(S_kind = PyUnicode_InternFromString("kind")) || !(S_i = PyUnicode_InternFromString("i")) ||
+        !(S_ARITHMETIC = PyUnicode_InternFromString("_ARITHMETIC")) ||
+        !(S_strides = PyUnicode_InternFromString("strides")) || !(S_shape_attr = PyUnicode_InternFromString("shape")))
+        return NULL;
+    if (!(S_opts = PyUnicode_InternFromString("opts")))
+        return NULL;
+    if (!(S_plans = PyUnicode_InternFromString("plans")))
+        return NULL;
+    if (!(S_be = PyUnicode_InternFromString("be")))
+        return NULL;
+    if (!(S_single = PyUnicode_InternFromString("single")))
+        return NULL;
+    if (!(S_launcher = PyUnicode_InternFromString("launcher")))
+        return NULL;
+    if (!(S_geometry = PyUnicode_InternFromString("geometry")))
+        return NULL;
+    if (!(S_forms = PyUnicode_InternFromString("forms")))
+        return NULL;
+    if (!(S_out_layouts = PyUnicode_InternFromString("out_layouts")))
+        return NULL;
+    if (!(S_outputs = PyUnicode_InternFromString("outputs")))
+        return NULL;
+    if (!(S_keyed_by_shape = PyUnicode_InternFromString("keyed_by_shape")))
+        return NULL;
+    if (!(S_used = PyUnicode_InternFromString("used")))
+        return NULL;
+    if (!(S_bound = PyUnicode_InternFromString("bound")))
+        return NULL;
+    if (!(S_recorder = PyUnicode_InternFromString("recorder")))
+        return NULL;
+    if (!(S_tape = PyUnicode_InternFromString("tape")))
+        return NULL;
+    if (!(S_empty = PyUnicode_InternFromString("empty")))
+        return NULL;
+    if (!(S_launch = PyUnicode_InternFromString("launch")))
+        return NULL;
+    if (!(S_scalar_arg = PyUnicode_InternFromString("scalar_arg")))
+        return NULL;
+    if (!(S_acquire = PyUnicode_InternFromString("acquire")))
+        return NULL;
+    if (!(S_release = PyUnicode_InternFromString("release")))
+        return NULL;
+    if (!(S_launches = PyUnicode_InternFromString("launches")))
+        return NULL;
+    if (!(S_kernels = PyUnicode_InternFromString("kernels")))
+        return NULL;
+    if (!(S_plan_hits = PyUnicode_InternFromString("plan_hits")))
+        return NULL;
+    if (!(S_cache_hits = PyUnicode_InternFromString("cache_hits")))
+        return NULL;
+    if (!(S_C = PyUnicode_InternFromString("C")) || !(S_offset_form = PyUnicode_InternFromString("offset_form")) ||
+        !(S_itemsize = PyUnicode_InternFromString("itemsize")))
+        return NULL;
     if (!EMPTY || !EMPTY_STR || !S_buffer || !S_matmul || !S_scalar || !S_reduce || !S_expand || !S_VERIFY ||
         !S_WATCH || !S_TAPE || !S_current || !S_fuse)
         return NULL;
     LO_NONE = PyLong_FromLongLong(LO_NONE_VALUE);
-    PyObject *m = LO_NONE ? PyModule_Create(&module) : NULL;
+    MINUS_ONE = PyLong_FromLong(-1);
+    PyObject *m = LO_NONE && MINUS_ONE ? PyModule_Create(&module) : NULL;
     if (m != NULL && (DROP = PyObject_GetAttrString(m, "drop")) == NULL)
         Py_CLEAR(m);
     return m;

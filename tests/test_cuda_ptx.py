@@ -175,11 +175,13 @@ def test_tiled_kernels_compile_at_both_tile_sizes(dtype):
         ft.explain(x.T + b, target="cuda")
 
 
-def test_launch_plumbing_without_a_gpu(monkeypatch):
+@pytest.mark.parametrize("route", ["python", "c"])
+def test_launch_plumbing_without_a_gpu(monkeypatch, route):
     """The CUDA backend's host side of a launch, with the driver call stubbed: a flat elementwise
     launch packs outputs and sizes in the ABI's order and takes elementwise_config's grid; a
-    refused launch (CUDADriverError) becomes DeviceError naming the kernel and the driver's code;
-    no current context (201) is made current and retried once."""
+    refused launch becomes DeviceError naming the kernel and the driver's code; no current context
+    (201) is made current and retried once. ``route``: struct + CuPy's launchKernel, or the C
+    accelerator's pack_launch calling a stand-in for cuLaunchKernel."""
     import ctypes
     import struct
 
@@ -187,7 +189,10 @@ def test_launch_plumbing_without_a_gpu(monkeypatch):
 
     from fusetree.backends import cuda as cb
     from fusetree.errors import DeviceError
+    from fusetree.ir import node as nm
 
+    if route == "c" and nm.NATIVE is None:
+        pytest.skip("fusetree._native is not built")
     calls: list[tuple] = []
     fail: list[int] = []
 
@@ -197,6 +202,13 @@ def test_launch_plumbing_without_a_gpu(monkeypatch):
             e = CUDADriverError.__new__(CUDADriverError)
             e.status = fail.pop(0)
             raise e
+
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_void_p)  # fmt: skip
+
+    def fake_driver(*args):  # (cuLaunchKernel's C signature; extra is NULL)
+        calls.append((*args[:-1], 0 if args[-1] is None else args[-1]))
+        return fail.pop(0) if fail else 0
 
     class _Stream:
         ptr = 1234
@@ -220,33 +232,44 @@ def test_launch_plumbing_without_a_gpu(monkeypatch):
     monkeypatch.setattr(cb, "launch_kernel", fake_launch)
     monkeypatch.setattr(cb, "_current_stream", lambda: _Stream())
     be = object.__new__(cb.CUDABackend)
-    be.driver, be.ctx, be.sms = _Driver(), 77, 132
+    be.driver, be.ctx, be.sms, be._pack = _Driver(), 77, 132, None
+    prev = None
+    if route == "c":
+        callback = proto(fake_driver)
+        prev = nm.NATIVE.set_launcher(ctypes.cast(callback, ctypes.c_void_p).value)
+        be._pack = nm.NATIVE.pack_launch
     k = object.__new__(cb.CUDAKernel)
     k.func, k.block, k.max_blocks, k.per_thread, k.flat, k.tile, k.name = 5, 256, 264, 4, True, 0, "ft_test"
     k.calls = {}
     k.packer = struct.Struct("=QQqq")
+    k.fmt = b"QQqq"
     k.buf = ctypes.create_string_buffer(k.packer.size)
+    k.bufaddr = ctypes.addressof(k.buf)
     k.params = (ctypes.c_void_p * 4)(*[ctypes.addressof(k.buf) + 8 * j for j in range(4)])
     k.args = ctypes.addressof(k.params)
-    for shape in [(10,), (3, 1000), (1 << 20,), (), (0, 5)]:
-        calls.clear()
-        be.launch(k, [111], [_Out()], ("C",), shape)
-        n = int(np.prod(shape))
-        grid, block = be.elementwise_config(k, shape, n)  # ints for a flat kernel
-        assert calls == [(5, grid, 1, 1, block, 1, 1, 0, 1234, k.args, 0)], shape
-        assert k.packer.unpack_from(k.buf) == (111, 4096, n, n)  # input, output, size, size
+    try:
+        for shape in [(10,), (3, 1000), (1 << 20,), (), (0, 5)]:
+            calls.clear()
+            be.launch(k, [111], [_Out()], ("C",), shape)
+            n = int(np.prod(shape))
+            grid, block = be.elementwise_config(k, shape, n)  # ints for a flat kernel
+            assert calls == [(5, grid, 1, 1, block, 1, 1, 0, 1234, k.args, 0)], shape
+            assert k.packer.unpack_from(k.buf) == (111, 4096, n, n)  # input, output, size, size
 
-    calls.clear()
-    fail[:] = [201]  # no current context: made current, retried
-    be.launch(k, [111], [_Out()], ("C",), (10,))
-    assert [c[0] for c in calls] == [5, "set", 5] and calls[1] == ("set", 77)
-    fail[:] = [1]
-    with pytest.raises(DeviceError, match=re.escape("cuLaunchKernel(ft_test)")):
+        calls.clear()
+        fail[:] = [201]  # no current context: made current, retried (through CuPy's launchKernel)
         be.launch(k, [111], [_Out()], ("C",), (10,))
-    params = be.param_buffer(k, [1, 2, 3, 4], grid=7, block=64)
-    calls.clear()
-    be.launch_params(params)
-    assert calls == [(5, 7, 1, 1, 64, 1, 1, 0, 1234, params.ptr, 0)]
+        assert [c[0] for c in calls] == [5, "set", 5] and calls[1] == ("set", 77)
+        fail[:] = [1]
+        with pytest.raises(DeviceError, match=re.escape("cuLaunchKernel(ft_test)")):
+            be.launch(k, [111], [_Out()], ("C",), (10,))
+        params = be.param_buffer(k, [1, 2, 3, 4], grid=7, block=64)
+        calls.clear()
+        be.launch_params(params)
+        assert calls == [(5, 7, 1, 1, 64, 1, 1, 0, 1234, params.ptr, 0)]
+    finally:
+        if route == "c":
+            nm.NATIVE.set_launcher(prev)
 
 
 def test_reductions_recomputing_held_rows_compile_to_ptx():

@@ -977,3 +977,34 @@ def test_repeated_gemms_take_the_memoized_path_on_gpu(rng):
             close(big.get()[:, :40], a64 @ b64)
             assert float(abs(big[:, 40:]).max()) == 0.0
     assert be._gemm_fast or not be._lt
+
+
+def test_native_realize_and_view_binding_on_cuda(rng):
+    """The C plan-hit realize (fusetree._native.realize_hit) on CUDA arrays: an LSTM cell's h and c
+    realized by it once cached, equal to NumPy; gate slices of a GEMM output bound in C by pointer
+    arithmetic equal to executor.bind_leaf through the CUDA backend's bind_offset."""
+    import cupy as cp
+
+    from fusetree import backends
+    from fusetree.engine import executor
+    from fusetree.ir import node as nm
+
+    if nm.NATIVE is None:
+        pytest.skip("fusetree._native is not built")
+    be = backends.get("cuda")
+    assert be.offset_form == 2
+    src = ft.asarray(cp.asarray(rng.standard_normal((6, 8)).astype(np.float32)))
+    for key in [(slice(None), slice(2, 5)), (slice(1, None, 2), slice(None, None, -1)), (slice(None), 3)]:
+        v = src[key]._node
+        assert type(v) is nm.ViewLeaf
+        for strided in (True, False):
+            twin = [nm.make_view_leaf(v.source, v.fn, v.src_strides, v.offset, v.shape, v.estrides, v.dtype,
+                                      v.device) for _ in range(2)]  # fmt: skip
+            assert nm.NATIVE.bind_leaf(be, twin[0], strided) == executor.bind_leaf(be, twin[1], strided)
+    x, h, c, Wx, Wh, b = (ft.asarray(cp.asarray(a)) for a in make_inputs(rng, 8, 16))
+    want_h, want_c = reference(*(a.numpy() for a in (x, h, c, Wx, Wh, b)))
+    ft.evaluate(*lstm_step(x, h, c, Wx, Wh, b, xp=ft))  # the plan is made
+    for _ in range(2):
+        h2, c2 = lstm_step(x, h, c, Wx, Wh, b, xp=ft)
+        assert nm.NATIVE.realize_hit((h2, c2)) is True
+        assert rel_err(h2.numpy(), want_h) < 1e-5 and rel_err(c2.numpy(), want_c) < 1e-5

@@ -245,3 +245,336 @@ def test_the_pure_python_front_end_passes_the_front_end_tests():
                        env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert " passed" in r.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# the engine's plan-hit realize in C (realize_hit) and its pieces
+
+
+def _leaf_fields(n: nm.Node) -> tuple:
+    return (type(n), n.op, n.dtype, n.shape, n.args, n.attrs, n.key, n.leaves, n.device, n.flags, n.lo, n.memo,
+            n.layout, n.bound, n._ptr, n._span, n.mask == 1 << (n.uid % 64))  # fmt: skip
+
+
+@native
+def test_make_contiguous_builds_the_python_definitions_leaf(rng):
+    for dt in (np.float32, np.float64, np.int32, np.bool_, np.float16, np.complex64):
+        for shape in ((3, 4), (5,), (), (2, 1, 3, 1, 1, 2)):  # (a 6-d complex key: interned on first use)
+            d = np.asarray(rng.standard_normal(shape)).astype(dt)
+            a = nm.NATIVE.make_contiguous(d, "cpu", shape, d.dtype)
+            b = nm.make_contiguous(d, "cpu", shape, d.dtype)
+            assert _leaf_fields(a) == _leaf_fields(b) and a.data is d and a.uid != b.uid
+
+
+class _PointerBackend:
+    """A backend binding views by pointer arithmetic (offset_form 2, as the CUDA backend)."""
+
+    offset_form = 2
+
+    def view_source(self, data):
+        item = data.itemsize
+        estrides = tuple(s // item for s in data.strides)
+        return (data.ctypes.data, *estrides), estrides
+
+    def bind_offset(self, src_bound, offset, estrides, item, strided):
+        p = src_bound[0] + offset * item
+        return (p, *estrides) if strided else (p,)
+
+    def bind(self, data, strided):
+        return (
+            (data.ctypes.data, *[s // data.itemsize for s in data.strides])
+            if strided
+            else (data.ctypes.data,)
+        )
+
+
+def _twin(v: nm.ViewLeaf) -> nm.ViewLeaf:
+    return nm.make_view_leaf(v.source, v.fn, v.src_strides, v.offset, v.shape, v.estrides, v.dtype, v.device)
+
+
+@native
+def test_c_view_binding_equals_the_backends_bind_offset(rng):
+    """realize_hit binds a slice of a kernel's output (the gate slices of a GEMM) from its source's
+    binding in C: the same arguments as executor.bind_leaf through the backend's bind_offset, for
+    the CPU's form (array, element offset, strides) and the pointer form of the CUDA backend."""
+    from fusetree import backends
+    from fusetree.engine import executor
+
+    src = ft.asarray(rng.standard_normal((6, 8)).astype(np.float32))
+    keys = [(slice(None), slice(2, 5)), (slice(1, None, 2), slice(None, None, -1)), (slice(None), 3),
+            (slice(4, 5), slice(None)), (None, slice(None), slice(0, 8, 3))]  # fmt: skip
+    for be in (backends.get("cpu"), _PointerBackend()):
+        for key in keys:
+            v = src[key]._node
+            assert type(v) is nm.ViewLeaf
+            for strided in (True, False):
+                x, y = _twin(v), _twin(v)
+                got = nm.NATIVE.bind_leaf(be, x, strided)
+                want = executor.bind_leaf(be, y, strided)
+                assert len(got) == len(want)
+                for g, w in zip(got, want):
+                    if isinstance(w, np.ndarray):  # (the CPU's flat form of a strided view: a copy each)
+                        assert g.shape == w.shape and g.dtype == w.dtype and np.array_equal(g, w)
+                        assert (g.ctypes.data == w.ctypes.data) == np.shares_memory(w, src.numpy())
+                    else:
+                        assert g == w and type(g) is type(w), (key, strided, got, want)
+                assert x.bound[strided] is got  # cached on the leaf as bind_leaf caches it
+
+
+@native
+def test_realize_hit_runs_a_cached_plan_as_the_python_engine(rng):
+    """One value, two values sharing leaves (an LSTM cell's h and c), the same value twice:
+    realized in one C call once their plan is cached, equal to NumPy, registered no more."""
+    from fusetree import engine
+
+    hit = nm.NATIVE.realize_hit
+    i, f, o, g, c = (ft.asarray(rng.standard_normal((4, 5)).astype(np.float32)) for _ in range(5))
+    ni, nf, no, ng, nc = (x.numpy().astype(np.float64) for x in (i, f, o, g, c))
+
+    def cell():
+        c2 = ft.sigmoid(f) * c + ft.sigmoid(i) * ft.tanh(g)
+        return ft.sigmoid(o) * ft.tanh(c2), c2
+
+    def sig(z):
+        return 1 / (1 + np.exp(-z))
+
+    want_c = sig(nf) * nc + sig(ni) * np.tanh(ng)
+    want_h = sig(no) * np.tanh(want_c)
+    ft.evaluate(*cell())  # (the plan is made and cached here)
+    ft.evaluate(i * 2.5 + c)
+    before = len(engine.PENDING)
+    for _ in range(2):
+        hits = ft.stats()["plan_hits"]
+        h, c2 = cell()
+        assert hit((h, c2)) is True
+        y = i * 2.5 + c
+        assert hit((y, y)) is True
+        assert ft.stats()["plan_hits"] == hits + 2
+        for x in (h, c2, y):
+            assert x._node.op == "buffer" and x._pref is None
+        assert len(engine.PENDING) == before
+        np.testing.assert_allclose(h.numpy(), want_h, rtol=2e-6, atol=1e-6)
+        np.testing.assert_allclose(c2.numpy(), want_c, rtol=2e-6, atol=1e-6)
+        np.testing.assert_allclose(y.numpy(), ni * 2.5 + nc, rtol=1e-6)
+    assert hit((y,)) is True  # a buffer: nothing to do
+
+
+@native
+def test_realize_hit_declines_what_the_python_engine_must_do(rng, monkeypatch):
+    """A live value inside the tree (stored by the same kernel), a view of a pending value, a
+    reduction, queued stores, a recording trace or gradient tape, other options, a buffer beside a
+    pending value: declined with nothing changed, and the Python engine gets them right."""
+    from fusetree.engine import realization, state
+
+    hit = nm.NATIVE.realize_hit
+    a, b = _operands(rng)
+    na, nb = a.numpy(), b.numpy()
+    (a * b + 1.0).numpy(), (a * b).numpy(), ((a * b) * 3.0).numpy()  # plans cached
+
+    t = a * b
+    y = t + 1.0
+    assert hit((y,)) is False and y._node.op == "add"  # t is live inside y: Python stores both
+    realization.realize((y,))
+    assert t._node.op == "buffer" and y._node.op == "buffer"
+    np.testing.assert_allclose(t.numpy(), na * nb, rtol=1e-6)
+    del t, y
+
+    p = a * b
+    v = p[1:]
+    assert hit((v,)) is False and hit((p, a)) is False
+    np.testing.assert_allclose(v.numpy(), (na * nb)[1:], rtol=1e-6)
+    del p, v
+    s = (a * b).sum(axis=1)
+    assert hit((s,)) is False
+    np.testing.assert_allclose(s.numpy(), (na * nb).sum(axis=1), rtol=1e-5)
+    del s
+
+    for attr in ("recorder", "tape"):
+        z = a * b * 3.0
+        monkeypatch.setattr(state.HOOK, attr, object())
+        assert hit((z,)) is False and z._node.op == "multiply"
+        monkeypatch.setattr(state.HOOK, attr, None)
+        assert hit((z,)) is True
+    with ft.options(cpu_parallel=False):  # another options object: its context is made in Python
+        z = a * b * 3.0
+        assert hit((z,)) is False
+    with ft.options(defer_stores=True):
+        tgt = ft.asarray(np.zeros((3, 4), np.float32))
+        tgt[...] = a * 2.0
+        z = a * b * 3.0
+        assert state.STORES and hit((z,)) is False
+        ft.synchronize()
+    np.testing.assert_allclose(tgt.numpy(), na * 2, rtol=1e-6)
+
+
+@native
+def test_realize_hit_raises_a_launch_error_with_nothing_changed(rng, monkeypatch):
+    import threading
+
+    from fusetree import backends
+    from fusetree.engine import state
+
+    a, b = _operands(rng)
+    (a * b + 2.0).numpy()
+    y = a * b + 2.0
+    be = backends.get("cpu")
+
+    def refuse(*args):
+        raise RuntimeError("launch refused")
+
+    monkeypatch.setattr(be, "launch", refuse)
+    with pytest.raises(RuntimeError, match="launch refused"):
+        nm.NATIVE.realize_hit((y,))
+    assert y._node.op == "add" and y._pref is not None
+    got = []
+    th = threading.Thread(
+        target=lambda: got.append(state.LOCK.acquire(timeout=2) and state.LOCK.release() is None)
+    )
+    th.start()
+    th.join()
+    assert got == [True]  # the engine lock was released
+    monkeypatch.undo()
+    np.testing.assert_allclose(y.numpy(), a.numpy() * b.numpy() + 2, rtol=1e-6)
+
+
+@native
+def test_pack_launch_packs_the_abi_and_calls_the_launch_function():
+    """The CUDA backend's launch through C (pack_launch): every 8-byte parameter slot written as
+    codegen.abi's format says, and cuLaunchKernel's arguments passed in order; here the launch
+    function is a ctypes callback standing in for the driver's."""
+    import ctypes
+
+    seen = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_void_p)  # fmt: skip
+
+    def fake(f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
+        seen.append((f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra))
+        return 7 if f == 0xBAD else 0
+
+    cb = proto(fake)
+    fmt = b"QqdQq"
+    buf = ctypes.create_string_buffer(8 * len(fmt))
+    addr = ctypes.addressof(buf)
+    prev = nm.NATIVE.set_launcher(ctypes.cast(cb, ctypes.c_void_p).value)
+    try:
+        args = [0x7F0000001000, -3, 2.5, (1 << 64) - 8, 1 << 40]
+        call = (0x1234, 5, 6, 1, 256, 2, 1, 0)
+        assert nm.NATIVE.pack_launch(fmt, addr, args, call, 0x99, 0x5000) == 0
+        import struct
+
+        assert list(struct.unpack("=QqdQq", buf.raw)) == args
+        assert seen[-1] == (0x1234, 5, 6, 1, 256, 2, 1, 0, 0x99, 0x5000, None)
+        assert (
+            nm.NATIVE.pack_launch(None, 0, None, (0xBAD, 1, 1, 1, 1, 1, 1, 0), 0, 0x5000) == 7
+        )  # the status
+        with pytest.raises(ValueError, match="4 arguments for 5"):
+            nm.NATIVE.pack_launch(fmt, addr, args[:4], call, 0, 0)
+        with pytest.raises(TypeError):
+            nm.NATIVE.pack_launch(fmt, addr, [1.5, *args[1:]], call, 0, 0)  # a float for a pointer
+    finally:
+        nm.NATIVE.set_launcher(prev)
+
+
+@native
+def test_make_gemm_sum_builds_the_python_definitions_node(rng):
+    for dt in (np.float32, np.float64, np.float16):
+        bufs = [nm.make_buffer(rng.standard_normal((4, 4)).astype(dt), "cpu") for _ in range(4)]
+        for args in (tuple(bufs[:2]), tuple(bufs)):
+            a = nm.NATIVE.make_gemm_sum(args, (4, 4), np.dtype(dt))
+            b = nm.make_gemm_sum_py(args, (4, 4), np.dtype(dt))
+            assert (a.op, a.dtype, a.shape, a.attrs, a.key, a.leaves, a.device, a.flags, a.lo, a.memo) == (
+                b.op, b.dtype, b.shape, b.attrs, b.key, b.leaves, b.device, b.flags, b.lo, b.memo)  # fmt: skip
+            assert a.args == args and a.mask == 1 << (a.uid % 64) and a.uid != b.uid
+
+
+@native
+def test_matmul_and_broadcast_operators_in_c_match_python(rng):
+    """``x @ W`` of two 2-D float arrays in memory, ``x@W + b`` with the bias's broadcast cached,
+    ``c * m`` with a 0-d coefficient seen before: built in C, the nodes the Python operators build;
+    every other matmul (1-D, integer, misaligned, a NumPy operand, a gradient trace, queued stores)
+    goes through the Python operator."""
+    x = ft.asarray(rng.standard_normal((3, 4)).astype(np.float32))
+    w = ft.asarray(rng.standard_normal((4, 5)).astype(np.float32))
+    b = ft.asarray(rng.standard_normal(5).astype(np.float32))
+    c0 = ft.asarray(np.float32(0.5))
+    matmul_py = type(x).__matmul__.__wrapped__
+    add_py = type(x).__add__.__wrapped__
+    mul_py = type(x).__mul__.__wrapped__
+    g, gp = x @ w, matmul_py(x, w)
+    assert g._node.key == gp._node.key and g._node.op == "matmul" and g._node.args == (x._node, w._node)
+    add_py(gp, b), mul_py(c0, g + 0.0)  # (the broadcasts are made and cached once by Python)
+    y, yp = g + b, add_py(gp, b)
+    assert y._node.key == yp._node.key and y._node.args[1] is yp._node.args[1]  # the cached bias view
+    m = g * 2.0
+    z, zp = c0 * m, mul_py(c0, m)
+    assert z._node.key == zp._node.key and z._node.shape == (3, 5)
+    want = x.numpy() @ w.numpy()
+    np.testing.assert_allclose(y.numpy(), want + b.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(z.numpy(), want, rtol=1e-5, atol=1e-6)
+    # the Python operator's cases
+    v = ft.asarray(rng.standard_normal(4).astype(np.float32))
+    np.testing.assert_allclose((x @ v).numpy(), x.numpy() @ v.numpy(), rtol=1e-5)
+    i = ft.asarray(np.arange(12, dtype=np.int32).reshape(3, 4))
+    np.testing.assert_array_equal(
+        (i @ ft.asarray(np.ones((4, 2), np.int32))).numpy(), i.numpy() @ np.ones((4, 2))
+    )
+    with pytest.raises(ft.ShapeError, match="not aligned"):
+        x @ x
+    np.testing.assert_allclose((x @ w.numpy()).numpy(), want, rtol=1e-5)
+    np.testing.assert_allclose(ft.grad(lambda x: (x @ w).sum())(x).numpy(), np.broadcast_to(w.numpy().sum(1), (3, 4)),
+                               rtol=1e-5)  # fmt: skip
+    t = ft.asarray(np.zeros((3, 4), np.float32))
+    with ft.options(defer_stores=True):
+        t[...] = x * 2.0
+        p = t @ w  # reads the queued target: the store is written first
+        ft.synchronize()
+    np.testing.assert_allclose(p.numpy(), (x.numpy() * 2) @ w.numpy(), rtol=1e-5)
+
+
+@native
+@pytest.mark.parametrize(
+    "key",
+    [(slice(None), slice(0, 3)), (slice(None), slice(3, None)), (slice(1, None, 2), slice(None, None, -2)),
+     (slice(None), 2), (None, slice(None), slice(1, 5)), (1,)],
+)  # fmt: skip
+def test_getitem_in_c_builds_the_python_views(rng, key, monkeypatch):
+    """A basic index of ``x@W + b`` (the gate slices of an LSTM step) and of memory: once its pieces
+    are memoized, built in C — the nodes, view leaves and view bookkeeping of the Python
+    __getitem__ — and NumPy's aliasing holds (the view follows its source's memory)."""
+    x = ft.asarray(rng.standard_normal((4, 5)).astype(np.float32))
+    w = ft.asarray(rng.standard_normal((5, 6)).astype(np.float32))
+    b = ft.asarray(rng.standard_normal(6).astype(np.float32))
+    getitem_py = type(x).__getitem__.__wrapped__
+    (x @ w + b)[key]  # (Python: the index, its shape, the view geometry and the bias view memoized)
+    g = x @ w + b
+
+    def python_path(*args):
+        raise AssertionError("the Python __getitem__ ran")
+
+    with monkeypatch.context() as mp:
+        mp.setattr(fa, "view_of", python_path)
+        v = g[key]
+    vp = getitem_py(g, key)
+    assert v._node.key == vp._node.key and v._node.op == vp._node.op and v.shape == vp.shape
+    for p, q in zip(v._node.args, vp._node.args):
+        assert type(p) is type(q)
+        if type(p) is nm.ViewLeaf:
+            assert (p.source is q.source and p.offset == q.offset and p.estrides == q.estrides
+                    and p.src_strides == q.src_strides and p.layout == q.layout and p.key == q.key)  # fmt: skip
+        else:
+            assert p is q  # the cached bias view
+    assert v._base[0]() is g and v._base[1] is vp._base[1] and [r() for r in g._views] == [v, vp]
+    want = (x.numpy() @ w.numpy() + b.numpy())[key]
+    np.testing.assert_allclose(v.numpy(), want, rtol=1e-5, atol=1e-6)
+    g.numpy()  # g gets memory: the live views become views of it (NumPy's aliasing)
+    g[...] = 0.0
+    np.testing.assert_array_equal(v.numpy(), np.zeros_like(want))
+    m = ft.asarray(rng.standard_normal((4, 6)).astype(np.float32))
+    m[key]  # (Python: the view of memory cached on its buffer)
+    with monkeypatch.context() as mp:
+        mp.setattr(fa, "view_of", python_path)
+        u = m[key]
+    assert u._node is m[key]._node and u._pref is None
+    m[...] = 1.0
+    np.testing.assert_array_equal(u.numpy(), np.ones_like(want))

@@ -218,6 +218,12 @@ class Backend:
         object instead."""
         return None
 
+    # Which of two forms :meth:`bind_offset` has, for the C accelerator's copy of it (fusetree._native;
+    # tests check the two agree): 0 neither (it calls bind_offset); 1 ``(array, element offset,
+    # *strides)`` with ``offset`` added to the element offset, strided only (None otherwise: the CPU);
+    # 2 ``(pointer, *strides)`` / ``(pointer,)`` with ``offset * item`` added to the pointer (CUDA).
+    offset_form = 0
+
     def scalar_arg(self, leaf: Any) -> Any:
         st = self.target.scalar_storage(leaf.dtype)
         return st.type(leaf.value)

@@ -471,6 +471,8 @@ class CPUBackend(Backend):
         base, off, strides, copied = _flat_view(data)
         return None if copied else ((base, off, *strides), strides)
 
+    offset_form = 1
+
     def bind_offset(self, src_bound: tuple, offset: int, estrides: tuple[int, ...], item: int,
                     strided: bool) -> tuple | None:  # fmt: skip
         # (the flat form is a 1-D view of the elements: made from the view itself)

@@ -33,7 +33,7 @@ def bind_leaf(be: Any, leaf: Node, strided: bool) -> tuple:
     if type(leaf) is ViewLeaf:  # a view described by arithmetic: bound without a view object
         src = leaf.src_bound
         if src is None:
-            src = leaf.src_bound = _source_bound(be, leaf)
+            src = leaf.src_bound = source_bound(be, leaf)
         if src:
             a = be.bind_offset(src, leaf.offset, leaf.estrides, leaf.dtype.itemsize, strided)
             if a is not None:
@@ -46,7 +46,7 @@ def bind_leaf(be: Any, leaf: Node, strided: bool) -> tuple:
 _LAST_SOURCE: list[Any] = [None, False]  # (a weak reference to a viewed array, its binding)
 
 
-def _source_bound(be: Any, leaf: ViewLeaf) -> Any:
+def source_bound(be: Any, leaf: ViewLeaf) -> Any:
     """The strided binding of ``leaf``'s source (False when views of it are bound as view objects:
     the backend binds none, or it would bind a copy with other strides). The last one is
     remembered: a GEMM output's gate slices are bound one after another."""

@@ -120,6 +120,8 @@ def realize(arrays: Sequence[Any]) -> None:
     viewed array is realized first (as NumPy would have computed it), so writes to either are
     seen through the other.
     """
+    if _REALIZE_HIT is not None and _REALIZE_HIT(arrays):
+        return  # (the C accelerator: a cached one-kernel plan storing nothing else, see _setup_native)
     if STORES:  # a read: deferred stores are written first
         HOOK.flush()
     if len(arrays) == 1:  # the common case: one value, not a view of a pending one, not a GEMM
@@ -551,3 +553,35 @@ def target_layout(t: Any) -> str:
 
 def _overlap(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
+
+
+# The C accelerator's realize of a plan hit (ir.node.NATIVE): values of one shape and device whose
+# one-kernel plan is cached, with no other live pending value, no queued store and no trace or
+# gradient tape recording, are realized in one C call doing what realize -> _realize_group ->
+# run_group -> executor.run do for them (key, lookup, allocation, binding, launch, the arrays made
+# buffers); it declines everything else, changing nothing, and the Python above runs.
+_REALIZE_HIT: Any = None
+
+
+def _setup_native() -> None:
+    global _REALIZE_HIT
+    from ..ir import node as _nm
+
+    native = _nm.NATIVE
+    if native is None or not hasattr(native, "setup_engine"):
+        return
+    try:
+        native.setup_engine({
+            "CONTEXTS": _CONTEXTS, "STATS": STATS, "TICK": TICK, "HOOK": HOOK, "STORES": STORES,
+            "LOCK": LOCK, "BY_SHAPE": _BY_SHAPE, "BY_SIZE": _BY_SIZE, "bind_leaf": executor.bind_leaf,
+            "make_contiguous": make_contiguous, "set_buffer": set_buffer, "source_bound": executor.source_bound,
+        })  # fmt: skip
+    except (TypeError, KeyError, RuntimeError) as e:  # a stale build or a front end left in Python
+        import warnings
+
+        warnings.warn(f"fusetree._native's engine part does not fit ({e}); realizing in Python", stacklevel=1)
+        return
+    _REALIZE_HIT = native.realize_hit
+
+
+_setup_native()

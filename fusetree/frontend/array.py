@@ -44,6 +44,7 @@ from ..ir.ops import (
     rule,
 )
 from . import unfused
+from . import views as _views
 from .views import cached_view, compose, index_shape, resolve_shape, view_index, view_key, view_of
 
 _ref = weakref.ref
@@ -524,7 +525,7 @@ class Array:
         return self
 
     # -- matmul ----------------------------------------------------------------------------
-    def __matmul__(self, other: Any) -> Array:
+    def __matmul__(self, other: Any) -> Array:  # (the C accelerator's fast path in front: below)
         return matmul(self, other)
 
     def __rmatmul__(self, other: Any) -> Array:
@@ -789,7 +790,7 @@ def _binary(name: str, reflected: bool) -> Callable[[Array, Any], Array]:
                         return wrap(_gemm_sum(a, b, a.shape, a.dtype))
                     return _build(name, (a, b))
                 # the fast path: same shape and device, a known dtype rule (no broadcast, no GEMM fold)
-                if a.device == b.device and a.op != "matmul":
+                if a.device == b.device:  # (a GEMM and a bias: x@W + b)
                     r = RULES2.get((name, a.dtype, b.dtype))
                     if r is not None and config.current.fuse and TAPE is None:
                         if a.shape == b.shape:
@@ -888,6 +889,8 @@ if _NATIVE is not None:
         "Array": Array, "PENDING": _PENDING, "realize": lambda arrays: engine.realize(arrays),
         "globals": globals(), "config_globals": vars(config), "RULES1": RULES1, "RULES2": RULES2,
         "make_scalar": make_scalar, "TOO_DEEP": _TOO_DEEP, "EXACT_INT": _EXACT_INT,
+        "BASIC_INDEX": _BASIC_INDEX, "INDEX_SHAPES": _INDEX_SHAPES, "ELEMENT_STRIDES": _views._ELEMENT_STRIDES,
+        "GEOMETRY": _views._GEOMETRY, "views_globals": vars(_views), "compute_gemm": engine.compute_gemm,
     }  # fmt: skip
     try:
         _NATIVE.setup_arrays(NATIVE_SETUP)
@@ -904,7 +907,7 @@ if _NATIVE is not None:
 
 def _operator(name: str, kind: int, method: Callable[..., Any], qualname: str) -> Callable[..., Any]:
     """``method`` behind the C fast path when the accelerator is built (kind 0 binary, 1 reflected,
-    2 one operand), else ``method`` itself."""
+    2 one operand, 3 matmul, 4 basic index), else ``method`` itself."""
     return method if _NATIVE is None else _NATIVE.operator(name, kind, method, qualname)
 
 
@@ -917,6 +920,8 @@ for _m, _name in INPLACE_OPERATORS.items():
     setattr(Array, _m, _inplace_method(_name))
 for _m, _name in UNARY_OPERATORS.items():
     setattr(Array, _m, _operator(_name, 2, _unary(_name), _m))
+Array.__matmul__ = _operator("matmul", 3, Array.__matmul__, "__matmul__")  # type: ignore[method-assign]
+Array.__getitem__ = _operator("getitem", 4, Array.__getitem__, "__getitem__")  # type: ignore[method-assign]
 Array.__pos__ = lambda self: self  # type: ignore[attr-defined,operator]
 _power = Array.__pow__
 

@@ -649,10 +649,14 @@ def make_plan_leaf(op: str, index: int, dtype: np.dtype, shape: tuple[int, ...],
 # The C accelerator's make_op: the same nodes (it writes these classes' slots), built in one call
 # (~0.3 us instead of ~1.2). make_op_py stays the definition; tests compare the two.
 make_op_py = make_op
+make_gemm_sum_py = make_gemm_sum
 NATIVE_SETUP = {
     "Node": Node,
     "Scalar": Scalar,
+    "Buffer": Buffer,
+    "ViewLeaf": ViewLeaf,
     "KEYS": _KEYS,
+    "BUFFER_KEYS": _BUFFER_KEYS,
     "intern_key": intern_key,
     "merge_leaves": merge_leaves,
     "verify": verify,
@@ -665,6 +669,8 @@ NATIVE_SETUP = {
     "ONE_LEVEL": ONE_LEVEL,
     "REDUCE": REDUCE,
     "EXPAND": EXPAND,
+    "GEMM": GEMM,
+    "SHORT": dtypes.SHORT,
 }  # fmt: skip  (what the C module uses: the IR's classes, key table and Python definitions)
 if NATIVE is not None:
     try:
@@ -677,3 +683,4 @@ if NATIVE is not None:
         NATIVE = None
     else:
         make_op = NATIVE.make_op
+        make_gemm_sum = NATIVE.make_gemm_sum
