@@ -71,7 +71,7 @@ static Py_ssize_t V_view, V_source, V_fn, V_src_strides;
 
 /* state from setup_engine */
 static PyObject *CONTEXTS, *STATS, *TICK, *HOOK, *STORES, *LOCK, *BY_SHAPE, *BIND_LEAF, *MAKE_CONTIGUOUS,
-    *SET_BUFFER, *SOURCE_BOUND;
+    *SET_BUFFER, *SOURCE_BOUND, *RECENT_SOURCES;
 
 static Py_ssize_t
 slot_offset(PyTypeObject *t, const char *name)
@@ -625,6 +625,40 @@ py_make_float(PyObject *self, PyObject *v)
     return make_float(v);
 }
 
+/* A new instance of node class ``t`` with every Node slot set, as ir.node._new_leaf sets them: no
+ * attributes and no leaves, ``args`` and ``flags`` as given, ``lo`` "no op below", ``mask`` the
+ * new uid's Bloom bit. Arguments borrowed; the caller sets the class's own slots. */
+static PyObject *
+new_node(PyTypeObject *t, PyObject *op, PyObject *dtype, PyObject *shape, PyObject *args, PyObject *key,
+         PyObject *device, long long flags)
+{
+    PyObject *n = t->tp_alloc(t, 0);
+    PyObject *uid = n ? PyIter_Next(UIDS) : NULL;
+    long long u = uid ? PyLong_AsLongLong(uid) : -1;
+    PyObject *mask = u >= 0 ? PyLong_FromUnsignedLongLong(1ULL << (u % 64)) : NULL;
+    PyObject *pflags = mask ? PyLong_FromLongLong(flags) : NULL;
+    if (pflags == NULL) {
+        Py_XDECREF(n); Py_XDECREF(uid); Py_XDECREF(mask);
+        return NULL;
+    }
+    Py_INCREF(op); Py_INCREF(dtype); Py_INCREF(shape); Py_INCREF(args); Py_INCREF(EMPTY);
+    Py_INCREF(key); Py_INCREF(EMPTY); Py_INCREF(device); Py_INCREF(LO_NONE); Py_INCREF(Py_None);
+    set_slot(n, N_op, op);
+    set_slot(n, N_dtype, dtype);
+    set_slot(n, N_shape, shape);
+    set_slot(n, N_args, args);
+    set_slot(n, N_attrs, EMPTY);
+    set_slot(n, N_key, key);
+    set_slot(n, N_leaves, EMPTY);
+    set_slot(n, N_uid, uid);
+    set_slot(n, N_device, device);
+    set_slot(n, N_flags, pflags);
+    set_slot(n, N_lo, LO_NONE);
+    set_slot(n, N_mask, mask);
+    set_slot(n, N_memo, Py_None);
+    return n;
+}
+
 /* ir.node.make_gemm_sum(args, shape, dtype): a pending sum of GEMMs over operand buffers in pairs.
  * Arguments borrowed; a new reference. */
 static PyObject *
@@ -650,32 +684,9 @@ make_gemm_sum_c(PyObject *args, PyObject *shape, PyObject *dtype)
     Py_XDECREF(kt);
     if (key == NULL)
         return NULL;
-    PyObject *node = NodeT->tp_alloc(NodeT, 0);
-    PyObject *uid = node ? PyIter_Next(UIDS) : NULL;
-    long long u = uid ? PyLong_AsLongLong(uid) : -1;
-    PyObject *mask = u >= 0 ? PyLong_FromUnsignedLongLong(1ULL << (u % 64)) : NULL;
-    PyObject *flags = mask ? PyLong_FromLongLong(F_GEMM) : NULL;
-    if (flags == NULL) {
-        Py_XDECREF(node); Py_XDECREF(uid); Py_XDECREF(mask);
-        Py_DECREF(key);
-        return NULL;
-    }
-    PyObject *device = SLOT(PyTuple_GET_ITEM(args, 0), N_device);
-    Py_INCREF(S_matmul); Py_INCREF(dtype); Py_INCREF(shape); Py_INCREF(args); Py_INCREF(EMPTY);
-    Py_INCREF(EMPTY); Py_INCREF(device); Py_INCREF(LO_NONE); Py_INCREF(Py_None);
-    set_slot(node, N_op, S_matmul);
-    set_slot(node, N_dtype, dtype);
-    set_slot(node, N_shape, shape);
-    set_slot(node, N_args, args);
-    set_slot(node, N_attrs, EMPTY);
-    set_slot(node, N_key, key);
-    set_slot(node, N_leaves, EMPTY);
-    set_slot(node, N_uid, uid);
-    set_slot(node, N_device, device);
-    set_slot(node, N_flags, flags);
-    set_slot(node, N_lo, LO_NONE);
-    set_slot(node, N_mask, mask);
-    set_slot(node, N_memo, Py_None);
+    PyObject *node = new_node(NodeT, S_matmul, dtype, shape, args, key, SLOT(PyTuple_GET_ITEM(args, 0), N_device),
+                              F_GEMM);
+    Py_DECREF(key);
     return node;
 }
 
@@ -986,33 +997,12 @@ static PyObject *
 make_view_leaf_c(PyObject *source, PyObject *fn, PyObject *src_strides, PyObject *offset, PyObject *shape,
                  PyObject *estrides, PyObject *dtype, PyObject *device, PyObject *lay, PyObject *key)
 {
-    PyObject *n = ViewLeafT->tp_alloc(ViewLeafT, 0);
-    PyObject *uid = n ? PyIter_Next(UIDS) : NULL;
-    long long u = uid ? PyLong_AsLongLong(uid) : -1;
-    PyObject *mask = u >= 0 ? PyLong_FromUnsignedLongLong(1ULL << (u % 64)) : NULL;
-    PyObject *zero = mask ? PyLong_FromLong(0) : NULL;
-    if (zero == NULL) {
-        Py_XDECREF(n); Py_XDECREF(uid); Py_XDECREF(mask);
+    PyObject *n = new_node(ViewLeafT, S_buffer, dtype, shape, EMPTY, key, device, 0);
+    if (n == NULL)
         return NULL;
-    }
-    Py_INCREF(S_buffer); Py_INCREF(dtype); Py_INCREF(shape); Py_INCREF(EMPTY); Py_INCREF(EMPTY);
-    Py_INCREF(key); Py_INCREF(EMPTY); Py_INCREF(device); Py_INCREF(LO_NONE); Py_INCREF(Py_None);
     Py_INCREF(lay); Py_INCREF(Py_None); Py_INCREF(MINUS_ONE); Py_INCREF(Py_None); Py_INCREF(Py_None);
     Py_INCREF(source); Py_INCREF(fn); Py_INCREF(src_strides); Py_INCREF(offset); Py_INCREF(estrides);
     Py_INCREF(Py_None);
-    set_slot(n, N_op, S_buffer);
-    set_slot(n, N_dtype, dtype);
-    set_slot(n, N_shape, shape);
-    set_slot(n, N_args, EMPTY);
-    set_slot(n, N_attrs, EMPTY);
-    set_slot(n, N_key, key);
-    set_slot(n, N_leaves, EMPTY);
-    set_slot(n, N_uid, uid);
-    set_slot(n, N_device, device);
-    set_slot(n, N_flags, zero);
-    set_slot(n, N_lo, LO_NONE);
-    set_slot(n, N_mask, mask);
-    set_slot(n, N_memo, Py_None);
     set_slot(n, B_layout, lay);
     set_slot(n, B_bound, Py_None);
     set_slot(n, B_ptr, MINUS_ONE);
@@ -1406,12 +1396,13 @@ setup_engine_impl(PyObject *d)
         !(TICK = get_obj(d, "TICK")) || !(HOOK = get_obj(d, "HOOK")) || !(STORES = get_obj(d, "STORES")) ||
         !(LOCK = get_obj(d, "LOCK")) || !(BY_SHAPE = get_obj(d, "BY_SHAPE")) ||
         !(BIND_LEAF = get_obj(d, "bind_leaf")) || !(MAKE_CONTIGUOUS = get_obj(d, "make_contiguous")) ||
-        !(SET_BUFFER = get_obj(d, "set_buffer")) || !(SOURCE_BOUND = get_obj(d, "source_bound")))
+        !(SET_BUFFER = get_obj(d, "set_buffer")) || !(SOURCE_BOUND = get_obj(d, "source_bound")) ||
+        !(RECENT_SOURCES = get_obj(d, "RECENT_SOURCES")))
         return NULL;
     if (get_ll(d, "BY_SIZE", &BY_SIZE))
         return NULL;
-    if (!PyList_Check(STORES) || !PyDict_Check(CONTEXTS) || !PyDict_Check(STATS)) {
-        PyErr_SetString(PyExc_TypeError, "setup_engine: STORES is a list, CONTEXTS and STATS dicts");
+    if (!PyList_Check(STORES) || !PyDict_Check(CONTEXTS) || !PyDict_Check(STATS) || !PyList_Check(RECENT_SOURCES)) {
+        PyErr_SetString(PyExc_TypeError, "setup_engine: STORES and RECENT_SOURCES are lists, CONTEXTS and STATS dicts");
         return NULL;
     }
     for (int k = 1; k <= MAX_ROOTS; k++) {
@@ -1518,31 +1509,10 @@ make_contiguous_c(PyObject *data, PyObject *device, PyObject *shape, PyObject *d
             return NULL;
         return PyObject_Vectorcall(MAKE_CONTIGUOUS, (PyObject *[]){data, device, shape, dt}, 4, NULL);
     }
-    PyObject *n = BufferT->tp_alloc(BufferT, 0);
-    PyObject *uid = n ? PyIter_Next(UIDS) : NULL;
-    long long u = uid ? PyLong_AsLongLong(uid) : -1;
-    PyObject *mask = u >= 0 ? PyLong_FromUnsignedLongLong(1ULL << (u % 64)) : NULL;
-    PyObject *zero = mask ? PyLong_FromLong(0) : NULL;
-    if (zero == NULL) {
-        Py_XDECREF(n); Py_XDECREF(uid); Py_XDECREF(mask);
+    PyObject *n = new_node(BufferT, S_buffer, dt, shape, EMPTY, key, device, 0);
+    if (n == NULL)
         return NULL;
-    }
-    Py_INCREF(S_buffer); Py_INCREF(dt); Py_INCREF(shape); Py_INCREF(EMPTY); Py_INCREF(EMPTY);
-    Py_INCREF(key); Py_INCREF(EMPTY); Py_INCREF(device); Py_INCREF(LO_NONE); Py_INCREF(Py_None);
     Py_INCREF(data); Py_INCREF(S_C); Py_INCREF(Py_None); Py_INCREF(MINUS_ONE); Py_INCREF(Py_None);
-    set_slot(n, N_op, S_buffer);
-    set_slot(n, N_dtype, dt);
-    set_slot(n, N_shape, shape);
-    set_slot(n, N_args, EMPTY);
-    set_slot(n, N_attrs, EMPTY);
-    set_slot(n, N_key, key);
-    set_slot(n, N_leaves, EMPTY);
-    set_slot(n, N_uid, uid);
-    set_slot(n, N_device, device);
-    set_slot(n, N_flags, zero);
-    set_slot(n, N_lo, LO_NONE);
-    set_slot(n, N_mask, mask);
-    set_slot(n, N_memo, Py_None);
     set_slot(n, B_data, data);
     set_slot(n, B_layout, S_C);
     set_slot(n, B_bound, Py_None);
@@ -1560,9 +1530,19 @@ bind_c(PyObject *be, long form, PyObject *x, PyObject *strided)
 {
     if (form != 0 && Py_TYPE(x) == ViewLeafT && (form == 2 || strided == Py_True)) {
         PyObject *src = SLOT(x, V_src_bound);
-        if (src == NULL || src == Py_None) {
-            src = PyObject_Vectorcall(SOURCE_BOUND, (PyObject *[]){be, x}, 2, NULL);
-            if (src == NULL)
+        if (src == NULL || src == Py_None) { /* executor.source_bound: one of the last sources, else Python */
+            PyObject *source = SLOT(x, V_source);
+            src = NULL;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(RECENT_SOURCES); i++) {
+                PyObject *e = PyList_GET_ITEM(RECENT_SOURCES, i);
+                if (PyTuple_Check(e) && PyTuple_GET_SIZE(e) == 2 && PyWeakref_Check(PyTuple_GET_ITEM(e, 0)) &&
+                    PyWeakref_GetObject(PyTuple_GET_ITEM(e, 0)) == source) {
+                    src = PyTuple_GET_ITEM(e, 1);
+                    Py_INCREF(src);
+                    break;
+                }
+            }
+            if (src == NULL && !(src = PyObject_Vectorcall(SOURCE_BOUND, (PyObject *[]){be, x}, 2, NULL)))
                 return NULL;
             set_slot(x, V_src_bound, src); /* (borrowed from the slot below) */
         }
@@ -1976,16 +1956,20 @@ py_pack_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                 if (d == -1.0 && PyErr_Occurred())
                     return NULL;
                 memcpy(slot, &d, 8);
-            } else if (fmt[i] == 'Q') {
-                unsigned long long u = PyLong_AsUnsignedLongLong(v);
-                if (u == (unsigned long long)-1 && PyErr_Occurred())
+            } else if (fmt[i] == 'Q' || fmt[i] == 'q') { /* (any integer: NumPy's too, as struct takes) */
+                PyObject *iv = PyLong_CheckExact(v) ? Py_NewRef(v) : PyNumber_Index(v);
+                if (iv == NULL)
                     return NULL;
-                memcpy(slot, &u, 8);
-            } else if (fmt[i] == 'q') {
-                long long q = PyLong_AsLongLong(v);
-                if (q == -1 && PyErr_Occurred())
+                if (fmt[i] == 'Q') {
+                    unsigned long long u = PyLong_AsUnsignedLongLong(iv);
+                    memcpy(slot, &u, 8);
+                } else {
+                    long long q = PyLong_AsLongLong(iv);
+                    memcpy(slot, &q, 8);
+                }
+                Py_DECREF(iv);
+                if (PyErr_Occurred())
                     return NULL;
-                memcpy(slot, &q, 8);
             } else {
                 PyErr_Format(PyExc_ValueError, "pack_launch: parameter format %c", fmt[i]);
                 return NULL;
@@ -1994,8 +1978,11 @@ py_pack_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     }
     unsigned long long c[8];
     for (int i = 0; i < 8; i++) {
-        c[i] = i == 0 ? (unsigned long long)(uintptr_t)PyLong_AsVoidPtr(PyTuple_GET_ITEM(a[3], 0))
-                      : PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(a[3], i));
+        PyObject *iv = PyNumber_Index(PyTuple_GET_ITEM(a[3], i));
+        if (iv == NULL)
+            return NULL;
+        c[i] = i == 0 ? (unsigned long long)(uintptr_t)PyLong_AsVoidPtr(iv) : PyLong_AsUnsignedLongLong(iv);
+        Py_DECREF(iv);
         if (PyErr_Occurred())
             return NULL;
     }

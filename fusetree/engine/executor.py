@@ -43,23 +43,25 @@ def bind_leaf(be: Any, leaf: Node, strided: bool) -> tuple:
     return a
 
 
-_LAST_SOURCE: list[Any] = [None, False]  # (a weak reference to a viewed array, its binding)
+RECENT_SOURCES: list[tuple] = []  # (a weak reference to a viewed array, its binding), newest first
 
 
 def source_bound(be: Any, leaf: ViewLeaf) -> Any:
     """The strided binding of ``leaf``'s source (False when views of it are bound as view objects:
-    the backend binds none, or it would bind a copy with other strides). The last one is
-    remembered: a GEMM output's gate slices are bound one after another."""
+    the backend binds none, or it would bind a copy with other strides). The last four are
+    remembered: a GEMM output's gate slices are bound one after another (a GRU's two GEMM outputs
+    alternately)."""
     source = leaf.source
-    ref, src = _LAST_SOURCE
-    if ref is not None and ref() is source:
-        return src
+    for ref, src in RECENT_SOURCES:
+        if ref() is source:
+            return src
     vs = be.view_source(source)
     src = vs[0] if vs is not None and vs[1] == leaf.src_strides else False
     try:
-        _LAST_SOURCE[:] = [weakref.ref(source), src]
+        RECENT_SOURCES.insert(0, (weakref.ref(source), src))
     except TypeError:  # (an array type without weak references: not remembered)
         pass
+    del RECENT_SOURCES[4:]
     return src
 
 
