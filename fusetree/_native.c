@@ -1381,7 +1381,8 @@ static long long BY_SIZE;
 static PyObject *S_opts, *S_plans, *S_be, *S_single, *S_launcher, *S_geometry, *S_forms, *S_out_layouts,
     *S_outputs, *S_keyed_by_shape, *S_used, *S_bound, *S_recorder, *S_tape, *S_empty, *S_launch,
     *S_scalar_arg, *S_acquire, *S_release, *S_launches, *S_kernels, *S_plan_hits, *S_cache_hits, *S_C,
-    *S_offset_form, *S_itemsize;
+    *S_offset_form, *S_itemsize, *S_flat_launch, *S_flat, *S_flat_view_dtypes, *S_fast_empty, *S_reshape,
+    *S_direct;
 static PyObject *PATHS[9], *LAYOUTS[9]; /* ((0, ()), (1, ()), ...) and ("C", ...) per root count */
 #define MAX_ROOTS 8
 
@@ -1607,7 +1608,7 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
     int done = 0;
     PyObject *ctx = NULL, *plans = NULL, *be = NULL, *leaves = NULL, *sharing = NULL, *key = NULL,
              *plan = NULL, *single = NULL, *launcher = NULL, *forms = NULL, *layouts = NULL, *outputs = NULL,
-             *outs = NULL, *args = NULL, *r = NULL;
+             *outs = NULL, *flat_outs = NULL, *args = NULL, *r = NULL;
     ctx = PyDict_GetItemWithError(CONTEXTS, device);
     if (ctx == NULL)
         return PyErr_Occurred() ? -1 : 0;
@@ -1716,20 +1717,69 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
         goto fail;
     }
     Py_DECREF(tick);
-    if (!(outs = PyList_New(nroots)))
+    /* a flat kernel the backend lets this module launch (Backend.flat_launch): outputs allocated
+     * 1-D by be.fast_empty, launched through launcher.direct(n); else be.empty and be.launch */
+    int flat = 0;
+    Py_ssize_t count_n = 1;
+    for (Py_ssize_t i = 0; i < ndim; i++)
+        count_n *= PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+    PyObject *fl = PyObject_GetAttr(be, S_flat_launch), *lf = fl ? PyObject_GetAttr(launcher, S_flat) : NULL;
+    PyObject *views = lf ? PyObject_GetAttr(be, S_flat_view_dtypes) : NULL;
+    if (views != NULL && fl == Py_True && lf == Py_True) {
+        flat = 1;
+        for (Py_ssize_t i = 0; i < nroots && flat; i++) {
+            PyObject *o = PyList_GET_ITEM(outputs, i);
+            int in = PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2 ? PySequence_Contains(views, PyTuple_GET_ITEM(o, 1)) : 1;
+            if (in != 0)
+                flat = 0; /* (a float16 output is written as uint16: be.launch) */
+        }
+    }
+    Py_XDECREF(fl);
+    Py_XDECREF(lf);
+    Py_XDECREF(views);
+    if (PyErr_Occurred())
         goto fail;
+    PyObject *empty = flat ? PyObject_GetAttr(be, S_fast_empty) : NULL;
+    PyObject *flat_shape = flat ? Py_BuildValue("(n)", count_n) : NULL;
+    if (flat && (empty == NULL || flat_shape == NULL || empty == Py_None)) {
+        Py_XDECREF(empty);
+        Py_XDECREF(flat_shape);
+        if (PyErr_Occurred())
+            goto fail;
+        flat = 0;
+    }
+    if (!(outs = PyList_New(nroots)) || !(flat_outs = PyList_New(nroots))) {
+        Py_XDECREF(empty);
+        Py_XDECREF(flat_shape);
+        goto fail;
+    }
     for (Py_ssize_t i = 0; i < nroots; i++) {
-        PyObject *o = PyList_GET_ITEM(outputs, i);
+        PyObject *o = PyList_GET_ITEM(outputs, i), *a, *a1;
         if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != 2) {
             PyErr_SetString(PyExc_TypeError, "plan outputs are (shape, dtype)");
+            a = NULL;
+        } else if (flat) {
+            a1 = PyObject_Vectorcall(empty, (PyObject *[]){flat_shape, PyTuple_GET_ITEM(o, 1)}, 2, NULL);
+            a = a1 == NULL || ndim == 1 ? Py_XNewRef(a1)
+                                        : PyObject_VectorcallMethod(S_reshape, (PyObject *[]){a1, shape},
+                                                                    2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (a1 != NULL)
+                PyList_SET_ITEM(flat_outs, i, a1);
+        } else {
+            a = PyObject_VectorcallMethod(S_empty, (PyObject *[]){be, shape, PyTuple_GET_ITEM(o, 1)},
+                                          3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            if (a != NULL)
+                PyList_SET_ITEM(flat_outs, i, Py_NewRef(a));
+        }
+        if (a == NULL) {
+            Py_XDECREF(empty);
+            Py_XDECREF(flat_shape);
             goto fail;
         }
-        PyObject *a = PyObject_VectorcallMethod(S_empty, (PyObject *[]){be, shape, PyTuple_GET_ITEM(o, 1)},
-                                                3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (a == NULL)
-            goto fail;
         PyList_SET_ITEM(outs, i, a);
     }
+    Py_XDECREF(empty);
+    Py_XDECREF(flat_shape);
     if (!(args = PyList_New(0)))
         goto fail;
     PyObject *pform = PyObject_GetAttr(be, S_offset_form);
@@ -1778,8 +1828,29 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
             Py_DECREF(v);
         }
     }
-    r = PyObject_VectorcallMethod(S_launch, (PyObject *[]){be, launcher, args, outs, layouts, shape},
-                                  6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (flat) { /* CPUBackend.launch's flat case: args, the 1-D outputs, n; the entry point */
+        PyObject *pn = PyLong_FromSsize_t(count_n);
+        if (pn == NULL || PyList_SetSlice(args, PyList_GET_SIZE(args), PyList_GET_SIZE(args), flat_outs) < 0 ||
+            PyList_Append(args, pn) < 0) {
+            Py_XDECREF(pn);
+            goto fail;
+        }
+        PyObject *fn = PyObject_VectorcallMethod(S_direct, (PyObject *[]){launcher, pn},
+                                                 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        if (fn == NULL) {
+            Py_DECREF(pn);
+            goto fail;
+        }
+        if (fn == Py_None)
+            r = PyObject_Vectorcall(launcher, (PyObject *[]){pn, args}, 2, NULL);
+        else
+            r = PyObject_Vectorcall(fn, PySequence_Fast_ITEMS(args), PyList_GET_SIZE(args), NULL);
+        Py_DECREF(fn);
+        Py_DECREF(pn);
+    } else {
+        r = PyObject_VectorcallMethod(S_launch, (PyObject *[]){be, launcher, args, outs, layouts, shape},
+                                      6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
     if (r == NULL || count(S_launches) < 0 || count(S_kernels) < 0)
         goto fail;
     /* the arrays become buffers over the outputs */
@@ -1807,7 +1878,8 @@ fail:
 out:
     Py_XDECREF(ctx); Py_XDECREF(plans); Py_XDECREF(be); Py_XDECREF(leaves); Py_XDECREF(sharing);
     Py_XDECREF(key); Py_XDECREF(plan); Py_XDECREF(single); Py_XDECREF(launcher); Py_XDECREF(forms);
-    Py_XDECREF(layouts); Py_XDECREF(outputs); Py_XDECREF(outs); Py_XDECREF(args); Py_XDECREF(r);
+    Py_XDECREF(layouts); Py_XDECREF(outputs); Py_XDECREF(outs); Py_XDECREF(flat_outs); Py_XDECREF(args);
+    Py_XDECREF(r);
     return done;
 }
 
@@ -2123,6 +2195,11 @@ PyInit__native(void)
     if (!(S_plan_hits = PyUnicode_InternFromString("plan_hits")))
         return NULL;
     if (!(S_cache_hits = PyUnicode_InternFromString("cache_hits")))
+        return NULL;
+    if (!(S_flat_launch = PyUnicode_InternFromString("flat_launch")) || !(S_flat = PyUnicode_InternFromString("flat")) ||
+        !(S_flat_view_dtypes = PyUnicode_InternFromString("flat_view_dtypes")) ||
+        !(S_fast_empty = PyUnicode_InternFromString("fast_empty")) ||
+        !(S_reshape = PyUnicode_InternFromString("reshape")) || !(S_direct = PyUnicode_InternFromString("direct")))
         return NULL;
     if (!(S_C = PyUnicode_InternFromString("C")) || !(S_offset_form = PyUnicode_InternFromString("offset_form")) ||
         !(S_itemsize = PyUnicode_InternFromString("itemsize")))

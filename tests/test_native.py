@@ -408,10 +408,14 @@ def test_realize_hit_declines_what_the_python_engine_must_do(rng, monkeypatch):
 
 
 @native
-def test_realize_hit_raises_a_launch_error_with_nothing_changed(rng, monkeypatch):
+@pytest.mark.parametrize("where", ["launch", "entry", "alloc"])
+def test_realize_hit_raises_a_launch_error_with_nothing_changed(rng, monkeypatch, where):
+    """A refused launch (the backend's launch, the kernel's entry point on the C route) or a failed
+    allocation: the error reaches the caller, the value stays pending, the engine lock is free."""
     import threading
 
     from fusetree import backends
+    from fusetree.backends import cpu
     from fusetree.engine import state
 
     a, b = _operands(rng)
@@ -422,7 +426,13 @@ def test_realize_hit_raises_a_launch_error_with_nothing_changed(rng, monkeypatch
     def refuse(*args):
         raise RuntimeError("launch refused")
 
-    monkeypatch.setattr(be, "launch", refuse)
+    if where == "launch":
+        monkeypatch.setattr(be, "flat_launch", False)
+        monkeypatch.setattr(be, "launch", refuse)
+    elif where == "entry":
+        monkeypatch.setattr(cpu.CPULauncher, "direct", lambda self, n: refuse)
+    else:
+        monkeypatch.setattr(be, "fast_empty", refuse)
     with pytest.raises(RuntimeError, match="launch refused"):
         nm.NATIVE.realize_hit((y,))
     assert y._node.op == "add" and y._pref is not None
@@ -606,3 +616,29 @@ def test_c_operators_flush_for_an_operand_over_a_queued_target(rng):
         ft.synchronize()
     np.testing.assert_allclose(y.numpy(), a.numpy()[0:2] * 2, rtol=1e-6)
     np.testing.assert_allclose(unrelated.numpy(), b.numpy() * 3, rtol=1e-6)
+
+
+@native
+@pytest.mark.parametrize("shape", [(37,), (4, 9), (), (2, 3, 5)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.int32])
+def test_realize_hit_launches_flat_cpu_kernels_as_the_backend_does(rng, monkeypatch, shape, dtype):
+    """The CPU backend lets realize_hit launch its flat kernels itself (Backend.flat_launch: 1-D
+    outputs from fast_empty, the entry point called directly; float16 outputs, stored as uint16,
+    through be.launch): the same values either way, poisoned outputs overwritten."""
+    from fusetree import backends
+
+    be = backends.get("cpu")
+    assert be.flat_launch and be.fast_empty is np.empty
+    a = ft.asarray(np.asarray(rng.integers(-50, 50, shape)).astype(dtype))
+    b = ft.asarray(np.asarray(rng.integers(-50, 50, shape)).astype(dtype))
+    want = (a.numpy() * b.numpy() + a.numpy()).astype(dtype)
+    (a * b + a).numpy()  # the plan
+    got = {}
+    for flat in (True, False):
+        monkeypatch.setattr(be, "flat_launch", flat)
+        monkeypatch.setattr(be, "fast_empty", lambda s, d: np.full(s, 7, d))  # poisoned outputs
+        y = a * b + a
+        assert nm.NATIVE.realize_hit((y,)) is True
+        got[flat] = y.numpy()
+        assert got[flat].shape == shape and got[flat].dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got[flat], want)

@@ -218,6 +218,16 @@ class Backend:
         object instead."""
         return None
 
+    # The C accelerator's realize (fusetree._native.realize_hit) launches a flat kernel itself when
+    # ``flat_launch`` is True: the bound arguments, each output as a fresh 1-D array allocated by
+    # ``fast_empty`` (a callable (shape, dtype) with no Python frame), the element count, passed
+    # to ``launcher.direct(n)`` (or ``launcher(n, args)`` when that is None), as :meth:`launch`
+    # does for a flat launcher; outputs of a dtype in ``flat_view_dtypes`` (stored as another
+    # type) take :meth:`launch`. Tests check the two agree.
+    flat_launch = False
+    fast_empty: Any = None
+    flat_view_dtypes: frozenset = frozenset()
+
     # Which of two forms :meth:`bind_offset` has, for the C accelerator's copy of it (fusetree._native;
     # tests check the two agree): 0 neither (it calls bind_offset); 1 ``(array, element offset,
     # *strides)`` with ``offset`` added to the element offset, strided only (None otherwise: the CPU);

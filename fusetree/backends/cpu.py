@@ -472,6 +472,9 @@ class CPUBackend(Backend):
         return None if copied else ((base, off, *strides), strides)
 
     offset_form = 1
+    flat_launch = True  # (see Backend.flat_launch)
+    fast_empty = np.empty
+    flat_view_dtypes = frozenset((_F16,))
 
     def bind_offset(self, src_bound: tuple, offset: int, estrides: tuple[int, ...], item: int,
                     strided: bool) -> tuple | None:  # fmt: skip
