@@ -1088,6 +1088,7 @@ getitem_fast(PyObject *self, PyObject *key)
     PyObject *vk = view_key_c(key);
     if (vk == NULL)
         return NULL;
+    Py_INCREF(n); /* (a GEMM computed below runs Python code: the node and its leaves stay alive) */
     PyObject *res = NULL, *sk = NULL, *v0 = NULL, *v1 = NULL;
     if (is_str(SLOT(n, N_op), S_buffer)) {
         PyObject *v = cached_view_c(n, vk);
@@ -1167,6 +1168,7 @@ out:
     Py_XDECREF(v1);
     Py_XDECREF(sk);
     Py_DECREF(vk);
+    Py_DECREF(n);
     return res;
 }
 
