@@ -659,6 +659,22 @@ new_node(PyTypeObject *t, PyObject *op, PyObject *dtype, PyObject *shape, PyObje
     return n;
 }
 
+/* A new buffer leaf of class ``t`` (Buffer or ViewLeaf) with layout class ``lay``: new_node's slots
+ * and a Buffer's own but ``data`` (nothing bound, address and span not computed yet). */
+static PyObject *
+new_buffer_leaf(PyTypeObject *t, PyObject *dtype, PyObject *shape, PyObject *key, PyObject *device, PyObject *lay)
+{
+    PyObject *n = new_node(t, S_buffer, dtype, shape, EMPTY, key, device, 0);
+    if (n == NULL)
+        return NULL;
+    Py_INCREF(lay); Py_INCREF(Py_None); Py_INCREF(MINUS_ONE); Py_INCREF(Py_None);
+    set_slot(n, B_layout, lay);
+    set_slot(n, B_bound, Py_None);
+    set_slot(n, B_ptr, MINUS_ONE);
+    set_slot(n, B_span, Py_None);
+    return n;
+}
+
 /* ir.node.make_gemm_sum(args, shape, dtype): a pending sum of GEMMs over operand buffers in pairs.
  * Arguments borrowed; a new reference. */
 static PyObject *
@@ -997,16 +1013,11 @@ static PyObject *
 make_view_leaf_c(PyObject *source, PyObject *fn, PyObject *src_strides, PyObject *offset, PyObject *shape,
                  PyObject *estrides, PyObject *dtype, PyObject *device, PyObject *lay, PyObject *key)
 {
-    PyObject *n = new_node(ViewLeafT, S_buffer, dtype, shape, EMPTY, key, device, 0);
+    PyObject *n = new_buffer_leaf(ViewLeafT, dtype, shape, key, device, lay);
     if (n == NULL)
         return NULL;
-    Py_INCREF(lay); Py_INCREF(Py_None); Py_INCREF(MINUS_ONE); Py_INCREF(Py_None); Py_INCREF(Py_None);
-    Py_INCREF(source); Py_INCREF(fn); Py_INCREF(src_strides); Py_INCREF(offset); Py_INCREF(estrides);
-    Py_INCREF(Py_None);
-    set_slot(n, B_layout, lay);
-    set_slot(n, B_bound, Py_None);
-    set_slot(n, B_ptr, MINUS_ONE);
-    set_slot(n, B_span, Py_None);
+    Py_INCREF(Py_None); Py_INCREF(source); Py_INCREF(fn); Py_INCREF(src_strides); Py_INCREF(offset);
+    Py_INCREF(estrides); Py_INCREF(Py_None);
     set_slot(n, V_view, Py_None);
     set_slot(n, V_source, source);
     set_slot(n, V_fn, fn);
@@ -1512,15 +1523,11 @@ make_contiguous_c(PyObject *data, PyObject *device, PyObject *shape, PyObject *d
             return NULL;
         return PyObject_Vectorcall(MAKE_CONTIGUOUS, (PyObject *[]){data, device, shape, dt}, 4, NULL);
     }
-    PyObject *n = new_node(BufferT, S_buffer, dt, shape, EMPTY, key, device, 0);
-    if (n == NULL)
-        return NULL;
-    Py_INCREF(data); Py_INCREF(S_C); Py_INCREF(Py_None); Py_INCREF(MINUS_ONE); Py_INCREF(Py_None);
-    set_slot(n, B_data, data);
-    set_slot(n, B_layout, S_C);
-    set_slot(n, B_bound, Py_None);
-    set_slot(n, B_ptr, MINUS_ONE);
-    set_slot(n, B_span, Py_None);
+    PyObject *n = new_buffer_leaf(BufferT, dt, shape, key, device, S_C);
+    if (n != NULL) {
+        Py_INCREF(data);
+        set_slot(n, B_data, data);
+    }
     return n;
 }
 
@@ -1622,10 +1629,13 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
     Py_DECREF(opts);
     if (opts != cur)
         goto decline;
-    Py_ssize_t ndim = PyTuple_GET_SIZE(shape);
+    Py_ssize_t ndim = PyTuple_GET_SIZE(shape), count_n = 1; /* (its element count) */
     for (Py_ssize_t i = 0; i < ndim; i++)
-        if (PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i)) == 0) /* (nothing to launch: Python) */
-            goto decline;
+        count_n *= PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
+    if (PyErr_Occurred())
+        goto fail;
+    if (count_n == 0) /* (nothing to launch: Python) */
+        goto decline;
     if (nroots == 1) {
         leaves = SLOT(roots[0], N_leaves);
         Py_INCREF(leaves);
@@ -1722,9 +1732,6 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
     /* a flat kernel the backend lets this module launch (Backend.flat_launch): outputs allocated
      * 1-D by be.fast_empty, launched through launcher.direct(n); else be.empty and be.launch */
     int flat = 0;
-    Py_ssize_t count_n = 1;
-    for (Py_ssize_t i = 0; i < ndim; i++)
-        count_n *= PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, i));
     PyObject *fl = PyObject_GetAttr(be, S_flat_launch), *lf = fl ? PyObject_GetAttr(launcher, S_flat) : NULL;
     PyObject *views = lf ? PyObject_GetAttr(be, S_flat_view_dtypes) : NULL;
     if (views != NULL && fl == Py_True && lf == Py_True) {
