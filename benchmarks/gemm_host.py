@@ -67,8 +67,14 @@ def main() -> None:
         stream_ptr = cp.cuda.get_current_stream().ptr
         c_ptr, a_ptr, b_ptr = c.data.ptr, a.data.ptr, b.data.ptr
 
-        def lt_only():
+        def lt_only():  # (through fusetree._native.call_c when built, else ctypes)
             lt.matmul(fast.plan, fast.one, b_ptr, a_ptr, fast.zero, c_ptr, stream_ptr)
+
+        def lt_ctypes():
+            p = fast.plan
+            la, lb, lc = p.layouts
+            lt.matmul_fn(lt.handle, p.desc, fast.one, b_ptr, la, a_ptr, lb, fast.zero, c_ptr, lc, c_ptr, lc,
+                         p.algo_ptr, lt.workspace, lt.cublas.WORKSPACE, stream_ptr)  # fmt: skip
 
         variants = {
             "fusetree backend gemm(out=) (cuBLASLt, plan cached)": lambda: be.gemm(a, b, out=c),
@@ -81,7 +87,9 @@ def main() -> None:
             "sgemm only (addresses prebuilt)": direct,
         }
         if fast is not None:
-            variants["cuBLASLt call alone (plan and pointers prebuilt, ctypes)"] = lt_only
+            how = "C call_c" if lt._call_c is not None else "ctypes"
+            variants[f"cuBLASLt call alone (plan and pointers prebuilt, {how})"] = lt_only
+            variants["cuBLASLt call alone (plan and pointers prebuilt, ctypes)"] = lt_ctypes
         for name, fn in variants.items():
             for _ in range(50):
                 fn()

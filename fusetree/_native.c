@@ -1396,6 +1396,12 @@ static PyObject *S_opts, *S_plans, *S_be, *S_single, *S_launcher, *S_geometry, *
     *S_scalar_arg, *S_acquire, *S_release, *S_launches, *S_kernels, *S_plan_hits, *S_cache_hits, *S_C,
     *S_offset_form, *S_itemsize, *S_flat_launch, *S_flat, *S_flat_view_dtypes, *S_fast_empty, *S_reshape,
     *S_direct;
+static PyObject *S_pack_direct, *S_data, *S_ptr, *S_calls, *S_fmt, *S_bufaddr, *S_args, *S_stream_ptr,
+    *S_launch_failed, *S_name;
+/* (defined with pack_launch below) */
+static int pack_slots(const char *fmt, Py_ssize_t n, PyObject **items, char *buf);
+static int launch_call(PyObject *call, void *stream, void *params, int *status);
+static int have_launcher(void);
 static PyObject *PATHS[9], *LAYOUTS[9]; /* ((0, ()), (1, ()), ...) and ("C", ...) per root count */
 #define MAX_ROOTS 8
 
@@ -1610,6 +1616,96 @@ bind_c(PyObject *be, long form, PyObject *x, PyObject *strided)
 
 /* The launch of a cached single-kernel plan (locked by the caller): returns 1 when done, 0 when
  * the plan is not such a plan (nothing was changed), -1 on error. */
+/* CUDABackend.launch's common case in C (the backend sets ``pack_direct`` when this module packs
+ * its launches): a flat kernel whose launch shape for ``n`` elements is memoized
+ * (``launcher.calls``), C-contiguous outputs; ``args`` gets the outputs' pointers and n, n, the
+ * parameters are packed into the kernel's buffer and cuLaunchKernel is called on the current
+ * stream; a refusal goes to ``be._launch_failed`` (retry or DeviceError). 1: launched, 0: not
+ * this case (``args`` as it was: be.launch runs), -1: an error. */
+static int
+cuda_launch(PyObject *be, PyObject *launcher, PyObject *args, PyObject *outs, PyObject *layouts, Py_ssize_t n)
+{
+    int done = 0, flat;
+    PyObject *pd = NULL, *fl = NULL, *calls = NULL, *call = NULL, *fmt = NULL, *buf = NULL, *params = NULL,
+             *stream = NULL, *pn = NULL;
+    if (!have_launcher() || !(pd = PyObject_GetAttr(be, S_pack_direct)))
+        goto out;
+    if (pd != Py_True || !PyTuple_Check(layouts))
+        goto out;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(layouts); i++)
+        if (PyTuple_GET_ITEM(layouts, i) != S_C && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(layouts, i), "C"))
+            goto out;
+    if (!(fl = PyObject_GetAttr(launcher, S_flat)) || (flat = PyObject_IsTrue(fl)) < 0)
+        goto error;
+    if (!flat || !(calls = PyObject_GetAttr(launcher, S_calls)))
+        goto out;
+    if (!PyDict_Check(calls) || !(pn = PyLong_FromSsize_t(n)))
+        goto out;
+    call = PyDict_GetItemWithError(calls, pn); /* (the size's launch shape; a miss: be.launch makes it) */
+    if (call == NULL || !PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 8)
+        goto out;
+    Py_INCREF(call);
+    if (!(fmt = PyObject_GetAttr(launcher, S_fmt)) || !(buf = PyObject_GetAttr(launcher, S_bufaddr)) ||
+        !(params = PyObject_GetAttr(launcher, S_args)))
+        goto error;
+    if (!PyBytes_Check(fmt))
+        goto out;
+    Py_ssize_t base = PyList_GET_SIZE(args);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outs); i++) {
+        PyObject *d = PyObject_GetAttr(PyList_GET_ITEM(outs, i), S_data);
+        PyObject *p = d ? PyObject_GetAttr(d, S_ptr) : NULL;
+        Py_XDECREF(d);
+        if (p == NULL || PyList_Append(args, p) < 0) {
+            Py_XDECREF(p);
+            goto error;
+        }
+        Py_DECREF(p);
+    }
+    if (PyList_Append(args, pn) < 0 || PyList_Append(args, pn) < 0)
+        goto error;
+    if (PyList_GET_SIZE(args) != PyBytes_GET_SIZE(fmt)) { /* (not this kernel's layout: be.launch) */
+        if (PyList_SetSlice(args, base, PyList_GET_SIZE(args), NULL) < 0)
+            goto error;
+        goto out;
+    }
+    char *bp = (char *)PyLong_AsVoidPtr(buf);
+    void *pp = PyLong_AsVoidPtr(params);
+    if (bp == NULL || pp == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "a kernel's parameter buffer is null");
+        goto error;
+    }
+    if (pack_slots(PyBytes_AS_STRING(fmt), PyList_GET_SIZE(args), PySequence_Fast_ITEMS(args), bp) < 0)
+        goto error;
+    if (!(stream = PyObject_VectorcallMethod(S_stream_ptr, (PyObject *[]){be}, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)))
+        goto error;
+    void *sp = PyLong_AsVoidPtr(stream);
+    int st = 0;
+    if ((sp == NULL && PyErr_Occurred()) || launch_call(call, sp, pp, &st) < 0)
+        goto error;
+    if (st != 0) { /* (the driver refused: CUDABackend._launch_failed retries or raises) */
+        PyObject *name = PyObject_GetAttr(launcher, S_name), *pst = PyLong_FromLong(st), *r = NULL;
+        if (name != NULL && pst != NULL)
+            r = PyObject_VectorcallMethod(S_launch_failed, (PyObject *[]){be, pst, call, stream, params, name},
+                                          6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_XDECREF(name);
+        Py_XDECREF(pst);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+    }
+    done = 1;
+    goto out;
+error:
+    done = -1;
+out:
+    if (done == 0 && PyErr_Occurred())
+        done = -1;
+    Py_XDECREF(pd); Py_XDECREF(fl); Py_XDECREF(calls); Py_XDECREF(call); Py_XDECREF(fmt); Py_XDECREF(buf);
+    Py_XDECREF(params); Py_XDECREF(stream); Py_XDECREF(pn);
+    return done;
+}
+
 static int
 launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t narrays, Py_ssize_t *owner,
            PyObject *device, PyObject *shape)
@@ -1857,8 +1953,12 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
         Py_DECREF(fn);
         Py_DECREF(pn);
     } else {
-        r = PyObject_VectorcallMethod(S_launch, (PyObject *[]){be, launcher, args, outs, layouts, shape},
-                                      6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        int taken = cuda_launch(be, launcher, args, outs, layouts, count_n);
+        if (taken < 0)
+            goto fail;
+        r = taken ? Py_NewRef(Py_None)
+                  : PyObject_VectorcallMethod(S_launch, (PyObject *[]){be, launcher, args, outs, layouts, shape},
+                                              6 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
     }
     if (r == NULL || count(S_launches) < 0 || count(S_kernels) < 0)
         goto fail;
@@ -1981,6 +2081,12 @@ typedef int (*launch_fn)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigne
                          unsigned shmem, void *stream, void **params, void **extra);
 static launch_fn CU_LAUNCH;
 
+static int
+have_launcher(void)
+{
+    return CU_LAUNCH != NULL;
+}
+
 static PyObject *
 py_set_launcher(PyObject *self, PyObject *addr)
 {
@@ -1992,6 +2098,67 @@ py_set_launcher(PyObject *self, PyObject *addr)
     if (old == NULL)
         Py_RETURN_NONE;
     return PyLong_FromVoidPtr((void *)old);
+}
+
+/* pack_launch(fmt, buf, args, call, stream, params) -> the driver's status: ``args`` packed into
+ * the 8-byte slots at address ``buf`` by ``fmt`` (bytes of 'Q' pointer, 'q' int64, 'd' float64;
+ * codegen.abi: every CUDA parameter is 8 bytes; None: packed already), then
+ * cuLaunchKernel(*call, stream, params, NULL) with ``call`` = (function, gx, gy, gz, bx, by, bz,
+ * shared bytes). */
+/* pack ``n`` arguments into the 8-byte slots at ``buf`` by ``fmt`` (see pack_launch); -1 with an
+ * exception set on a bad value */
+static int
+pack_slots(const char *fmt, Py_ssize_t n, PyObject **items, char *buf)
+{
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = items[i];
+        char *slot = buf + 8 * i;
+        if (fmt[i] == 'd') {
+            double d = PyFloat_AsDouble(v);
+            if (d == -1.0 && PyErr_Occurred())
+                return -1;
+            memcpy(slot, &d, 8);
+        } else if (fmt[i] == 'Q' || fmt[i] == 'q') { /* (any integer: NumPy's too, as struct takes) */
+            PyObject *iv = PyLong_CheckExact(v) ? Py_NewRef(v) : PyNumber_Index(v);
+            if (iv == NULL)
+                return -1;
+            if (fmt[i] == 'Q') {
+                unsigned long long u = PyLong_AsUnsignedLongLong(iv);
+                memcpy(slot, &u, 8);
+            } else {
+                long long q = PyLong_AsLongLong(iv);
+                memcpy(slot, &q, 8);
+            }
+            Py_DECREF(iv);
+            if (PyErr_Occurred())
+                return -1;
+        } else {
+            PyErr_Format(PyExc_ValueError, "pack_launch: parameter format %c", fmt[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* cuLaunchKernel(*call, stream, params, NULL): the driver's status, or -1 with an exception set
+ * when ``call`` (function, gx, gy, gz, bx, by, bz, shared bytes) holds a bad value */
+static int
+launch_call(PyObject *call, void *stream, void *params, int *status)
+{
+    unsigned long long c[8];
+    for (int i = 0; i < 8; i++) {
+        PyObject *v = PyTuple_GET_ITEM(call, i);
+        PyObject *iv = PyLong_CheckExact(v) ? Py_NewRef(v) : PyNumber_Index(v);
+        if (iv == NULL)
+            return -1;
+        c[i] = i == 0 ? (unsigned long long)(uintptr_t)PyLong_AsVoidPtr(iv) : PyLong_AsUnsignedLongLong(iv);
+        Py_DECREF(iv);
+        if (PyErr_Occurred())
+            return -1;
+    }
+    *status = CU_LAUNCH((void *)(uintptr_t)c[0], (unsigned)c[1], (unsigned)c[2], (unsigned)c[3], (unsigned)c[4],
+                        (unsigned)c[5], (unsigned)c[6], (unsigned)c[7], stream, (void **)params, NULL);
+    return 0;
 }
 
 /* pack_launch(fmt, buf, args, call, stream, params) -> the driver's status: ``args`` packed into
@@ -2015,10 +2182,8 @@ py_pack_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
             PyErr_SetString(PyExc_TypeError, "pack_launch: fmt is bytes, args a list or tuple");
             return NULL;
         }
-        const char *fmt = PyBytes_AS_STRING(a[0]);
         Py_ssize_t n = PyBytes_GET_SIZE(a[0]);
         Py_ssize_t m = PySequence_Fast_GET_SIZE(a[2]);
-        PyObject **items = PySequence_Fast_ITEMS(a[2]);
         if (m != n) {
             PyErr_Format(PyExc_ValueError, "pack_launch: %zd arguments for %zd parameters", m, n);
             return NULL;
@@ -2029,50 +2194,55 @@ py_pack_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
                 PyErr_SetString(PyExc_ValueError, "pack_launch: null parameter buffer");
             return NULL;
         }
-        for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *v = items[i];
-            char *slot = buf + 8 * i;
-            if (fmt[i] == 'd') {
-                double d = PyFloat_AsDouble(v);
-                if (d == -1.0 && PyErr_Occurred())
-                    return NULL;
-                memcpy(slot, &d, 8);
-            } else if (fmt[i] == 'Q' || fmt[i] == 'q') { /* (any integer: NumPy's too, as struct takes) */
-                PyObject *iv = PyLong_CheckExact(v) ? Py_NewRef(v) : PyNumber_Index(v);
-                if (iv == NULL)
-                    return NULL;
-                if (fmt[i] == 'Q') {
-                    unsigned long long u = PyLong_AsUnsignedLongLong(iv);
-                    memcpy(slot, &u, 8);
-                } else {
-                    long long q = PyLong_AsLongLong(iv);
-                    memcpy(slot, &q, 8);
-                }
-                Py_DECREF(iv);
-                if (PyErr_Occurred())
-                    return NULL;
-            } else {
-                PyErr_Format(PyExc_ValueError, "pack_launch: parameter format %c", fmt[i]);
-                return NULL;
-            }
-        }
-    }
-    unsigned long long c[8];
-    for (int i = 0; i < 8; i++) {
-        PyObject *iv = PyNumber_Index(PyTuple_GET_ITEM(a[3], i));
-        if (iv == NULL)
-            return NULL;
-        c[i] = i == 0 ? (unsigned long long)(uintptr_t)PyLong_AsVoidPtr(iv) : PyLong_AsUnsignedLongLong(iv);
-        Py_DECREF(iv);
-        if (PyErr_Occurred())
+        if (pack_slots(PyBytes_AS_STRING(a[0]), n, PySequence_Fast_ITEMS(a[2]), buf) < 0)
             return NULL;
     }
     void *stream = PyLong_AsVoidPtr(a[4]), *params = PyLong_AsVoidPtr(a[5]);
     if (PyErr_Occurred())
         return NULL;
-    int st = CU_LAUNCH((void *)(uintptr_t)c[0], (unsigned)c[1], (unsigned)c[2], (unsigned)c[3], (unsigned)c[4],
-                       (unsigned)c[5], (unsigned)c[6], (unsigned)c[7], stream, (void **)params, NULL);
+    int st;
+    if (launch_call(a[3], stream, params, &st) < 0)
+        return NULL;
     return PyLong_FromLong(st);
+}
+
+/* call_c(address, *args) -> int: the C function at ``address`` called with up to 16 integer
+ * arguments (pointers, handles, sizes: each passed as a 64-bit integer, which the x86-64 and
+ * AArch64 calling conventions pass as they pass any pointer-sized integer argument), its int
+ * result returned (cuBLASLt's cublasLtMatmul: 16 arguments; a ctypes call of it converts each
+ * through its argtypes). Extra slots are passed as 0 and ignored by the callee. */
+typedef int (*int16_fn)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t,
+                        uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t);
+
+static PyObject *
+py_call_c(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
+{
+    if (nargs < 1 || nargs > 17) {
+        PyErr_SetString(PyExc_TypeError, "call_c(address, *args): at most 16 integer arguments");
+        return NULL;
+    }
+    uint64_t v[16] = {0};
+    void *fn = PyLong_AsVoidPtr(a[0]);
+    if (fn == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "call_c: null function address");
+        return NULL;
+    }
+    for (Py_ssize_t i = 1; i < nargs; i++) {
+        PyObject *x = a[i];
+        if (x == Py_None) /* (ctypes' c_void_p: None is NULL) */
+            continue;
+        PyObject *iv = PyLong_CheckExact(x) ? Py_NewRef(x) : PyNumber_Index(x);
+        if (iv == NULL)
+            return NULL;
+        v[i - 1] = (uint64_t)PyLong_AsUnsignedLongLongMask(iv);
+        Py_DECREF(iv);
+        if (v[i - 1] == (uint64_t)-1 && PyErr_Occurred())
+            return NULL;
+    }
+    int r = ((int16_fn)fn)(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13],
+                          v[14], v[15]);
+    return PyLong_FromLong(r);
 }
 
 /* the two pieces above as functions (their tests compare them with the Python definitions) */
@@ -2091,6 +2261,22 @@ py_bind_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (form == -1 && PyErr_Occurred())
         return NULL;
     return bind_c(args[0], form < 0 || form > 2 ? 0 : form, args[1], PyObject_IsTrue(args[2]) ? Py_True : Py_False);
+}
+
+static PyObject *
+py_cuda_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (CONTEXTS == NULL || !ready(0))
+        return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_RuntimeError, "fusetree._native is not set up"), NULL);
+    if (nargs != 6 || !PyList_Check(args[2]) || !PyList_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "cuda_launch(backend, kernel, args list, outs list, layouts, n)");
+        return NULL;
+    }
+    Py_ssize_t n = PyLong_AsSsize_t(args[5]);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    int r = cuda_launch(args[0], args[1], args[2], args[3], args[4], n);
+    return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
 static PyObject *
@@ -2124,11 +2310,16 @@ static PyMethodDef methods[] = {
      "bind_leaf(backend, leaf, strided): engine.executor.bind_leaf as realize_hit runs it."},
     {"make_contiguous", (PyCFunction)(void (*)(void))py_make_contiguous, METH_FASTCALL,
      "make_contiguous(data, device, shape, dtype): ir.node.make_contiguous in C."},
+    {"cuda_launch", (PyCFunction)(void (*)(void))py_cuda_launch, METH_FASTCALL,
+     "cuda_launch(backend, kernel, args, outs, layouts, n): CUDABackend.launch's common case as realize_hit "
+     "runs it; False: not that case (args unchanged)."},
     {"set_launcher", py_set_launcher, METH_O,
      "set_launcher(address or None): the cuLaunchKernel pack_launch calls (the CUDA backend's libcuda); "
      "returns the previous one."},
     {"pack_launch", (PyCFunction)(void (*)(void))py_pack_launch, METH_FASTCALL,
      "pack_launch(fmt, buf, args, call, stream, params): pack 8-byte parameters, cuLaunchKernel; its status."},
+    {"call_c", (PyCFunction)(void (*)(void))py_call_c, METH_FASTCALL,
+     "call_c(address, *args): the C function at address called with up to 16 integer arguments; its int result."},
     {"operator", py_operator, METH_VARARGS,
      "operator(name, kind, fallback, qualname): an Array operator (kind 0 binary, 1 reflected, "
      "2 one operand, 3 matmul, 4 basic index) with the fast path in C."},
@@ -2208,7 +2399,13 @@ PyInit__native(void)
     if (!(S_flat_launch = PyUnicode_InternFromString("flat_launch")) || !(S_flat = PyUnicode_InternFromString("flat")) ||
         !(S_flat_view_dtypes = PyUnicode_InternFromString("flat_view_dtypes")) ||
         !(S_fast_empty = PyUnicode_InternFromString("fast_empty")) ||
-        !(S_reshape = PyUnicode_InternFromString("reshape")) || !(S_direct = PyUnicode_InternFromString("direct")))
+        !(S_reshape = PyUnicode_InternFromString("reshape")) || !(S_direct = PyUnicode_InternFromString("direct")) ||
+        !(S_pack_direct = PyUnicode_InternFromString("pack_direct")) || !(S_data = PyUnicode_InternFromString("data")) ||
+        !(S_ptr = PyUnicode_InternFromString("ptr")) || !(S_calls = PyUnicode_InternFromString("calls")) ||
+        !(S_fmt = PyUnicode_InternFromString("fmt")) || !(S_bufaddr = PyUnicode_InternFromString("bufaddr")) ||
+        !(S_args = PyUnicode_InternFromString("args")) || !(S_stream_ptr = PyUnicode_InternFromString("stream_ptr")) ||
+        !(S_launch_failed = PyUnicode_InternFromString("_launch_failed")) ||
+        !(S_name = PyUnicode_InternFromString("name")))
         return NULL;
     if (!(S_C = PyUnicode_InternFromString("C")) || !(S_offset_form = PyUnicode_InternFromString("offset_form")) ||
         !(S_itemsize = PyUnicode_InternFromString("itemsize")))

@@ -267,6 +267,34 @@ def test_launch_plumbing_without_a_gpu(monkeypatch, route):
         calls.clear()
         be.launch_params(params)
         assert calls == [(5, 7, 1, 1, 64, 1, 1, 0, 1234, params.ptr, 0)]
+        if route == "c":  # realize_hit's launch (cuda_launch): the same call, packing and errors
+            be.pack_direct = True
+            for n in (10, 3000, 1 << 20):  # launch shapes memoized by be.launch above
+                calls.clear()
+                k.buf[:] = b"\xff" * len(k.buf)
+                args = [111]
+                assert nm.NATIVE.cuda_launch(be, k, args, [_Out()], ("C",), n) is True
+                grid, block = be.elementwise_config(k, (n,), n)
+                assert calls == [(5, grid, 1, 1, block, 1, 1, 0, 1234, k.args, 0)], n
+                assert k.packer.unpack_from(k.buf) == (111, 4096, n, n) and args == [111, 4096, n, n]
+            fail[:] = [201]  # retried after making the context current
+            calls.clear()
+            assert nm.NATIVE.cuda_launch(be, k, [111], [_Out()], ("C",), 10) is True
+            assert [c[0] for c in calls] == [5, "set", 5]
+            fail[:] = [1]
+            with pytest.raises(DeviceError, match=re.escape("cuLaunchKernel(ft_test)")):
+                nm.NATIVE.cuda_launch(be, k, [111], [_Out()], ("C",), 10)
+            calls.clear()
+            for case in [((5, 7), ("C",), True), ((11,), ("C",), True), ((10,), ("F",), True),
+                         ((10,), ("C",), False)]:  # fmt: skip
+                (n, *_), lay, direct = case
+                be.pack_direct = direct
+                args = [111]
+                assert nm.NATIVE.cuda_launch(be, k, args, [_Out()], lay, n) is False, case  # be.launch's
+                assert args == [111] and calls == []
+            be.pack_direct = True
+            k.flat = False  # row and tile kernels: be.launch
+            assert nm.NATIVE.cuda_launch(be, k, [111], [_Out()], ("C",), 10) is False
     finally:
         if route == "c":
             nm.NATIVE.set_launcher(prev)

@@ -492,6 +492,35 @@ def test_pack_launch_packs_the_abi_and_calls_the_launch_function():
 
 
 @native
+def test_call_c_passes_sixteen_integer_arguments_in_order():
+    """call_c (cuBLASLt's 16-argument cublasLtMatmul without ctypes' conversions): each argument
+    reaches the C function as the 64-bit integer it was (None as 0, NumPy integers, negative values
+    as two's complement), its int result comes back; fewer arguments leave the rest 0."""
+    import ctypes
+
+    seen = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, *[ctypes.c_uint64] * 16)
+
+    def fake(*args):
+        seen.append(args)
+        return -3 if args[0] == 0xBAD else 5
+
+    cb = proto(fake)
+    addr = ctypes.cast(cb, ctypes.c_void_p).value
+    args = [0x7F0000001000 + 8 * i for i in range(14)] + [32 << 20, 0x99]
+    assert nm.NATIVE.call_c(addr, *args) == 5
+    assert list(seen[-1]) == args
+    assert nm.NATIVE.call_c(addr, 0xBAD, None, np.uint64(7), np.int32(-1)) == -3
+    assert seen[-1] == (0xBAD, 0, 7, (1 << 64) - 1) + (0,) * 12
+    with pytest.raises(TypeError, match="at most 16"):
+        nm.NATIVE.call_c(addr, *range(17))
+    with pytest.raises(TypeError):
+        nm.NATIVE.call_c(addr, 1.5)  # not an integer
+    with pytest.raises(ValueError, match="null"):
+        nm.NATIVE.call_c(0)
+
+
+@native
 def test_make_gemm_sum_builds_the_python_definitions_node(rng):
     for dt in (np.float32, np.float64, np.float16):
         bufs = [nm.make_buffer(rng.standard_normal((4, 4)).astype(dt), "cpu") for _ in range(4)]
