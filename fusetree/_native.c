@@ -1617,17 +1617,20 @@ bind_c(PyObject *be, long form, PyObject *x, PyObject *strided)
 /* The launch of a cached single-kernel plan (locked by the caller): returns 1 when done, 0 when
  * the plan is not such a plan (nothing was changed), -1 on error. */
 /* CUDABackend.launch's common case in C (the backend sets ``pack_direct`` when this module packs
- * its launches): a flat kernel whose launch shape for ``n`` elements is memoized
- * (``launcher.calls``), C-contiguous outputs; ``args`` gets the outputs' pointers and n, n, the
- * parameters are packed into the kernel's buffer and cuLaunchKernel is called on the current
- * stream; a refusal goes to ``be._launch_failed`` (retry or DeviceError). 1: launched, 0: not
- * this case (``args`` as it was: be.launch runs), -1: an error. */
+ * its launches): C-contiguous outputs of a kernel whose launch for this size (flat kernels) or
+ * ``shape`` (row and tile kernels) is memoized in ``launcher.calls``; ``args`` gets what
+ * be.launch appends (the outputs' pointers, then n for a flat kernel or the shape's extents for
+ * the others, then n), the parameters are packed into the kernel's buffer and cuLaunchKernel is
+ * called on the current stream; a refusal goes to ``be._launch_failed`` (retry or DeviceError).
+ * 1: launched, 0: not this case (``args`` as it was: be.launch runs), -1: an error. */
 static int
-cuda_launch(PyObject *be, PyObject *launcher, PyObject *args, PyObject *outs, PyObject *layouts, Py_ssize_t n)
+cuda_launch(PyObject *be, PyObject *launcher, PyObject *args, PyObject *outs, PyObject *layouts, PyObject *shape,
+            Py_ssize_t n)
 {
     int done = 0, flat;
     PyObject *pd = NULL, *fl = NULL, *calls = NULL, *call = NULL, *fmt = NULL, *buf = NULL, *params = NULL,
              *stream = NULL, *pn = NULL;
+    Py_ssize_t base = PyList_GET_SIZE(args);
     if (!have_launcher() || !(pd = PyObject_GetAttr(be, S_pack_direct)))
         goto out;
     if (pd != Py_True || !PyTuple_Check(layouts))
@@ -1637,11 +1640,12 @@ cuda_launch(PyObject *be, PyObject *launcher, PyObject *args, PyObject *outs, Py
             goto out;
     if (!(fl = PyObject_GetAttr(launcher, S_flat)) || (flat = PyObject_IsTrue(fl)) < 0)
         goto error;
-    if (!flat || !(calls = PyObject_GetAttr(launcher, S_calls)))
+    if (!(calls = PyObject_GetAttr(launcher, S_calls)))
+        goto error;
+    if (!PyDict_Check(calls) || !PyTuple_Check(shape) || !(pn = PyLong_FromSsize_t(n)))
         goto out;
-    if (!PyDict_Check(calls) || !(pn = PyLong_FromSsize_t(n)))
-        goto out;
-    call = PyDict_GetItemWithError(calls, pn); /* (the size's launch shape; a miss: be.launch makes it) */
+    /* (the launch's grid, memoized by be.launch; a miss: be.launch makes it) */
+    call = PyDict_GetItemWithError(calls, flat ? pn : shape);
     if (call == NULL || !PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 8)
         goto out;
     Py_INCREF(call);
@@ -1650,7 +1654,6 @@ cuda_launch(PyObject *be, PyObject *launcher, PyObject *args, PyObject *outs, Py
         goto error;
     if (!PyBytes_Check(fmt))
         goto out;
-    Py_ssize_t base = PyList_GET_SIZE(args);
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(outs); i++) {
         PyObject *d = PyObject_GetAttr(PyList_GET_ITEM(outs, i), S_data);
         PyObject *p = d ? PyObject_GetAttr(d, S_ptr) : NULL;
@@ -1661,7 +1664,19 @@ cuda_launch(PyObject *be, PyObject *launcher, PyObject *args, PyObject *outs, Py
         }
         Py_DECREF(p);
     }
-    if (PyList_Append(args, pn) < 0 || PyList_Append(args, pn) < 0)
+    if (flat) {
+        if (PyList_Append(args, pn) < 0)
+            goto error;
+    } else if (PyTuple_GET_SIZE(shape) == 0) {
+        PyObject *one = PyLong_FromLong(1);
+        int bad = one == NULL || PyList_Append(args, one) < 0;
+        Py_XDECREF(one);
+        if (bad)
+            goto error;
+    } else if (PyList_SetSlice(args, PyList_GET_SIZE(args), PyList_GET_SIZE(args), shape) < 0) {
+        goto error;
+    }
+    if (PyList_Append(args, pn) < 0)
         goto error;
     if (PyList_GET_SIZE(args) != PyBytes_GET_SIZE(fmt)) { /* (not this kernel's layout: be.launch) */
         if (PyList_SetSlice(args, base, PyList_GET_SIZE(args), NULL) < 0)
@@ -1701,6 +1716,12 @@ error:
 out:
     if (done == 0 && PyErr_Occurred())
         done = -1;
+    if (done == -1 && PyList_GET_SIZE(args) > base) { /* (be.launch's arguments as they were) */
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyList_SetSlice(args, base, PyList_GET_SIZE(args), NULL);
+        PyErr_Restore(et, ev, tb);
+    }
     Py_XDECREF(pd); Py_XDECREF(fl); Py_XDECREF(calls); Py_XDECREF(call); Py_XDECREF(fmt); Py_XDECREF(buf);
     Py_XDECREF(params); Py_XDECREF(stream); Py_XDECREF(pn);
     return done;
@@ -1953,7 +1974,7 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
         Py_DECREF(fn);
         Py_DECREF(pn);
     } else {
-        int taken = cuda_launch(be, launcher, args, outs, layouts, count_n);
+        int taken = cuda_launch(be, launcher, args, outs, layouts, shape, count_n);
         if (taken < 0)
             goto fail;
         r = taken ? Py_NewRef(Py_None)
@@ -2268,14 +2289,16 @@ py_cuda_launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (CONTEXTS == NULL || !ready(0))
         return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_RuntimeError, "fusetree._native is not set up"), NULL);
-    if (nargs != 6 || !PyList_Check(args[2]) || !PyList_Check(args[3])) {
-        PyErr_SetString(PyExc_TypeError, "cuda_launch(backend, kernel, args list, outs list, layouts, n)");
+    if (nargs != 6 || !PyList_Check(args[2]) || !PyList_Check(args[3]) || !PyTuple_Check(args[5])) {
+        PyErr_SetString(PyExc_TypeError, "cuda_launch(backend, kernel, args list, outs list, layouts, shape tuple)");
         return NULL;
     }
-    Py_ssize_t n = PyLong_AsSsize_t(args[5]);
-    if (n == -1 && PyErr_Occurred())
+    Py_ssize_t n = 1;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args[5]); i++)
+        n *= PyLong_AsSsize_t(PyTuple_GET_ITEM(args[5], i));
+    if (PyErr_Occurred())
         return NULL;
-    int r = cuda_launch(args[0], args[1], args[2], args[3], args[4], n);
+    int r = cuda_launch(args[0], args[1], args[2], args[3], args[4], args[5], n);
     return r < 0 ? NULL : PyBool_FromLong(r);
 }
 
@@ -2311,7 +2334,7 @@ static PyMethodDef methods[] = {
     {"make_contiguous", (PyCFunction)(void (*)(void))py_make_contiguous, METH_FASTCALL,
      "make_contiguous(data, device, shape, dtype): ir.node.make_contiguous in C."},
     {"cuda_launch", (PyCFunction)(void (*)(void))py_cuda_launch, METH_FASTCALL,
-     "cuda_launch(backend, kernel, args, outs, layouts, n): CUDABackend.launch's common case as realize_hit "
+     "cuda_launch(backend, kernel, args, outs, layouts, shape): CUDABackend.launch's common case as realize_hit "
      "runs it; False: not that case (args unchanged)."},
     {"set_launcher", py_set_launcher, METH_O,
      "set_launcher(address or None): the cuLaunchKernel pack_launch calls (the CUDA backend's libcuda); "

@@ -269,32 +269,57 @@ def test_launch_plumbing_without_a_gpu(monkeypatch, route):
         assert calls == [(5, 7, 1, 1, 64, 1, 1, 0, 1234, params.ptr, 0)]
         if route == "c":  # realize_hit's launch (cuda_launch): the same call, packing and errors
             be.pack_direct = True
-            for n in (10, 3000, 1 << 20):  # launch shapes memoized by be.launch above
+            for shape in [(10,), (3, 1000), (1 << 20,)]:  # launch shapes memoized by be.launch above
+                n = int(np.prod(shape))
                 calls.clear()
                 k.buf[:] = b"\xff" * len(k.buf)
                 args = [111]
-                assert nm.NATIVE.cuda_launch(be, k, args, [_Out()], ("C",), n) is True
-                grid, block = be.elementwise_config(k, (n,), n)
-                assert calls == [(5, grid, 1, 1, block, 1, 1, 0, 1234, k.args, 0)], n
+                assert nm.NATIVE.cuda_launch(be, k, args, [_Out()], ("C",), shape) is True
+                grid, block = be.elementwise_config(k, shape, n)
+                assert calls == [(5, grid, 1, 1, block, 1, 1, 0, 1234, k.args, 0)], shape
                 assert k.packer.unpack_from(k.buf) == (111, 4096, n, n) and args == [111, 4096, n, n]
             fail[:] = [201]  # retried after making the context current
             calls.clear()
-            assert nm.NATIVE.cuda_launch(be, k, [111], [_Out()], ("C",), 10) is True
+            assert nm.NATIVE.cuda_launch(be, k, [111], [_Out()], ("C",), (10,)) is True
             assert [c[0] for c in calls] == [5, "set", 5]
             fail[:] = [1]
+            args = [111]
             with pytest.raises(DeviceError, match=re.escape("cuLaunchKernel(ft_test)")):
-                nm.NATIVE.cuda_launch(be, k, [111], [_Out()], ("C",), 10)
+                nm.NATIVE.cuda_launch(be, k, args, [_Out()], ("C",), (10,))
+            assert args == [111]
             calls.clear()
             for case in [((5, 7), ("C",), True), ((11,), ("C",), True), ((10,), ("F",), True),
                          ((10,), ("C",), False)]:  # fmt: skip
-                (n, *_), lay, direct = case
+                shape, lay, direct = case
                 be.pack_direct = direct
                 args = [111]
-                assert nm.NATIVE.cuda_launch(be, k, args, [_Out()], lay, n) is False, case  # be.launch's
+                assert nm.NATIVE.cuda_launch(be, k, args, [_Out()], lay, shape) is False, case  # be.launch's
                 assert args == [111] and calls == []
+            # a row kernel (3-D shape: rows x inner axis): the shape's extents, keyed by shape
             be.pack_direct = True
-            k.flat = False  # row and tile kernels: be.launch
-            assert nm.NATIVE.cuda_launch(be, k, [111], [_Out()], ("C",), 10) is False
+            k.flat = False
+            k.fmt = b"QQqqqq"
+            k.packer = struct.Struct("=QQqqqq")
+            k.buf = ctypes.create_string_buffer(k.packer.size)
+            k.bufaddr = ctypes.addressof(k.buf)
+            k.params = (ctypes.c_void_p * 6)(*[ctypes.addressof(k.buf) + 8 * j for j in range(6)])
+            k.args = ctypes.addressof(k.params)
+            assert nm.NATIVE.cuda_launch(be, k, [111], [_Out()], ("C",), (2, 3, 40)) is False  # not memoized
+            be.launch(k, [111], [_Out()], ("C",), (2, 3, 40))
+            calls.clear()
+            k.buf[:] = b"\xff" * len(k.buf)
+            args = [111]
+            assert nm.NATIVE.cuda_launch(be, k, args, [_Out()], ("C",), (2, 3, 40)) is True
+            (gx, gy), (bx, by) = be.elementwise_config(k, (2, 3, 40), 240)
+            assert calls == [(5, gx, gy, 1, bx, by, 1, 0, 1234, k.args, 0)]
+            assert k.packer.unpack_from(k.buf) == (111, 4096, 2, 3, 40, 240) and args == [
+                111,
+                4096,
+                2,
+                3,
+                40,
+                240,
+            ]
     finally:
         if route == "c":
             nm.NATIVE.set_launcher(prev)

@@ -1004,7 +1004,19 @@ def test_native_realize_and_view_binding_on_cuda(rng):
     x, h, c, Wx, Wh, b = (ft.asarray(cp.asarray(a)) for a in make_inputs(rng, 8, 16))
     want_h, want_c = reference(*(a.numpy() for a in (x, h, c, Wx, Wh, b)))
     ft.evaluate(*lstm_step(x, h, c, Wx, Wh, b, xp=ft))  # the plan is made
-    for _ in range(2):
+    for direct in (True, True, False):  # launched by C (cuda_launch), then through be.launch
         h2, c2 = lstm_step(x, h, c, Wx, Wh, b, xp=ft)
-        assert nm.NATIVE.realize_hit((h2, c2)) is True
+        junk = [cp.full((8, 16), cp.nan, cp.float32) for _ in range(6)]  # the pool's next blocks: NaN
+        del junk
+        be.pack_direct = direct
+        before = ft.stats()["launches"]
+        try:
+            if direct:  # C launches a memoized row-kernel launch itself: be.launch is not called
+                launch, be.launch = be.launch, None
+            assert nm.NATIVE.realize_hit((h2, c2)) is True
+        finally:
+            if direct:
+                be.launch = launch
+            be.pack_direct = True
+        assert ft.stats()["launches"] == before + 1
         assert rel_err(h2.numpy(), want_h) < 1e-5 and rel_err(c2.numpy(), want_c) < 1e-5
