@@ -53,6 +53,7 @@ static long long FLAG_BITS, ONE_LEVEL, F_REDUCE, F_EXPAND, F_GEMM;
 static PyObject *SHORT;         /* ir.dtypes.SHORT: dtype -> its short name */
 static PyObject *EMPTY, *EMPTY_STR;
 static PyObject *S_shape_attr;
+static PyObject *S_gemm_accumulate, *S_adjacent_columns;
 static PyObject *S_views, *S_b, *S_kind, *S_i, *S_ARITHMETIC, *S_strides;
 static PyObject *S_buffer, *S_matmul, *S_scalar, *S_reduce, *S_expand, *S_VERIFY, *S_WATCH, *S_TAPE,
     *S_current, *S_fuse;
@@ -960,6 +961,61 @@ matmul_fast(PyObject *x, PyObject *y)
     return wrap_c(node);
 }
 
+/* frontend.array's fold of ``x@W + h@U`` (two pending GEMM sums of one float dtype, shape and
+ * device, neither computed, on a backend that accumulates products): one GEMM-sum node over both
+ * operand lists. A product whose operand is an adjacent column block of the previous one's (which
+ * frontend.array._gemm_sum joins into one longer-K product) is left to the Python definition, as
+ * is everything else. NULL without an error: not taken. */
+static PyObject *S_be, *S_data, *S_ptr; /* (set with the engine's names below) */
+
+static PyObject *
+fold_fast(PyObject *a, PyObject *b)
+{
+    if (CONTEXTS == NULL || SLOT(a, N_memo) != Py_None || SLOT(b, N_memo) != Py_None)
+        return NULL;
+    PyObject *dt = SLOT(a, N_dtype), *sa = SLOT(a, N_shape), *sb = SLOT(b, N_shape), *dev = SLOT(a, N_device);
+    if ((SLOT(b, N_dtype) != dt && PyObject_RichCompareBool(SLOT(b, N_dtype), dt, Py_EQ) != 1) ||
+        (sa != sb && PyObject_RichCompareBool(sa, sb, Py_EQ) != 1) ||
+        (SLOT(b, N_device) != dev && PyObject_RichCompareBool(SLOT(b, N_device), dev, Py_EQ) != 1))
+        return NULL;
+    PyObject *kind = PyObject_GetAttr(dt, S_kind);
+    if (kind == NULL)
+        return NULL;
+    int f = PyUnicode_Check(kind) && PyUnicode_CompareWithASCIIString(kind, "f") == 0;
+    Py_DECREF(kind);
+    PyObject *ctx = f ? PyDict_GetItemWithError(CONTEXTS, dev) : NULL; /* (no context yet: Python) */
+    if (ctx == NULL)
+        return NULL;
+    PyObject *res = NULL, *be = PyObject_GetAttr(ctx, S_be), *acc = NULL, *args = NULL;
+    if (be == NULL || !(acc = PyObject_GetAttr(be, S_gemm_accumulate)) || PyObject_IsTrue(acc) != 1)
+        goto out;
+    PyObject *aa = SLOT(a, N_args), *ba = SLOT(b, N_args);
+    Py_ssize_t na = PyTuple_GET_SIZE(aa), nb = PyTuple_GET_SIZE(ba);
+    if (na < 2 || nb < 2 || na % 2 || nb % 2)
+        goto out;
+    for (Py_ssize_t i = 0; i < nb; i += 2) { /* (each product's first operand against the one before) */
+        PyObject *p = i == 0 ? PyTuple_GET_ITEM(aa, na - 2) : PyTuple_GET_ITEM(ba, i - 2), *x = PyTuple_GET_ITEM(ba, i);
+        if (!PyObject_TypeCheck(p, BufferT) || !PyObject_TypeCheck(x, BufferT))
+            goto out;
+        PyObject *pd = PyObject_GetAttr(p, S_data), *xd = pd ? PyObject_GetAttr(x, S_data) : NULL;
+        PyObject *pp = xd ? PyObject_GetAttr(p, S_ptr) : NULL, *xp = pp ? PyObject_GetAttr(x, S_ptr) : NULL;
+        PyObject *adj = xp ? PyObject_VectorcallMethod(S_adjacent_columns, (PyObject *[]){be, pd, xd, pp, xp},
+                                                       5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL)
+                           : NULL;
+        Py_XDECREF(pd); Py_XDECREF(xd); Py_XDECREF(pp); Py_XDECREF(xp);
+        int joins = adj ? PyObject_IsTrue(adj) : -1;
+        Py_XDECREF(adj);
+        if (joins != 0) /* (an error or a join: Python) */
+            goto out;
+    }
+    if (!(args = PySequence_Concat(aa, ba)))
+        goto out;
+    res = wrap_c(make_gemm_sum_c(args, sa, dt));
+out:
+    Py_XDECREF(be); Py_XDECREF(acc); Py_XDECREF(args);
+    return res;
+}
+
 /* frontend.views.view_key: ("i", (start, stop, step) | int | None, ...) of a basic index of ints,
  * slices and None; NULL without an error for anything else */
 static PyObject *
@@ -1241,8 +1297,14 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         goto fallback;
     if (both) {
         PyObject *b = SLOT(other, A_node);
-        if (b == NULL || (is_str(SLOT(a, N_op), S_matmul) && is_str(SLOT(b, N_op), S_matmul)))
-            goto fallback; /* (x@W + h@U: the Python operator folds the GEMMs) */
+        if (b == NULL)
+            goto fallback;
+        if (is_str(SLOT(a, N_op), S_matmul) && is_str(SLOT(b, N_op), S_matmul)) { /* x@W + h@U */
+            PyObject *r = PyUnicode_CompareWithASCIIString(o->name, "add") == 0 ? fold_fast(a, b) : NULL;
+            if (r != NULL || PyErr_Occurred())
+                return r;
+            goto fallback; /* (the Python operator: joins, other operators) */
+        }
         PyObject *da = SLOT(a, N_device), *db = SLOT(b, N_device);
         if (da != db && PyObject_RichCompareBool(da, db, Py_EQ) != 1)
             goto fallback;
@@ -2369,7 +2431,9 @@ PyInit__native(void)
     S_current = PyUnicode_InternFromString("current");
     S_fuse = PyUnicode_InternFromString("fuse");
     if (!(S_views = PyUnicode_InternFromString("views")) || !(S_b = PyUnicode_InternFromString("b")) ||
-        !(S_kind = PyUnicode_InternFromString("kind")) || !(S_i = PyUnicode_InternFromString("i")) ||
+        !(S_kind = PyUnicode_InternFromString("kind")) ||
+        !(S_gemm_accumulate = PyUnicode_InternFromString("gemm_accumulate")) ||
+        !(S_adjacent_columns = PyUnicode_InternFromString("adjacent_columns")) || !(S_i = PyUnicode_InternFromString("i")) ||
         !(S_ARITHMETIC = PyUnicode_InternFromString("_ARITHMETIC")) ||
         !(S_strides = PyUnicode_InternFromString("strides")) || !(S_shape_attr = PyUnicode_InternFromString("shape")))
         return NULL;

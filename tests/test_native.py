@@ -577,6 +577,45 @@ def test_matmul_and_broadcast_operators_in_c_match_python(rng):
 
 
 @native
+def test_gemm_fold_in_c_matches_python(rng, monkeypatch):
+    """``x@W + h@U`` (+ a third product) folded in C into one GEMM-sum node: the node the Python
+    operator builds, equal to NumPy; products over adjacent column blocks of one array (joined into
+    one longer-K product), other operators and a computed GEMM go through the Python operator."""
+    x, h = (ft.asarray(rng.standard_normal((4, 6)).astype(np.float32)) for _ in range(2))
+    w, u = (ft.asarray(rng.standard_normal((6, 5)).astype(np.float32)) for _ in range(2))
+    ft.evaluate(x * 1.0)  # (the device's engine context exists: the C fold asks it for the backend)
+    add_py = type(x).__add__.__wrapped__
+    want = x.numpy() @ w.numpy() + h.numpy() @ u.numpy()
+    calls = []
+    real = fa._gemm_sum
+    monkeypatch.setattr(fa, "_gemm_sum", lambda *a: calls.append(1) or real(*a))
+    y = x @ w + h @ u
+    assert calls == []  # folded in C
+    yp = add_py(x @ w, h @ u)
+    assert calls == [1] and y._node.key == yp._node.key and y._node.op == "matmul"
+    assert y._node.args == (x._node, w._node, h._node, u._node)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+    z = x @ w + h @ u + x @ u  # a sum of three products
+    assert calls == [1] and len(z._node.args) == 6
+    np.testing.assert_allclose(z.numpy(), want + x.numpy() @ u.numpy(), rtol=1e-5, atol=1e-5)
+    # adjacent column blocks of one array: the Python operator joins them into one product
+    a = ft.asarray(rng.standard_normal((4, 12)).astype(np.float32))
+    bw = ft.asarray(rng.standard_normal((12, 5)).astype(np.float32))
+    j = a[:, :6] @ bw[:6] + a[:, 6:] @ bw[6:]
+    assert len(calls) == 2 and len(j._node.args) == 2  # (one product: K = 12)
+    np.testing.assert_allclose(j.numpy(), a.numpy() @ bw.numpy(), rtol=1e-5, atol=1e-5)
+    # not folded: a subtraction, a GEMM computed already
+    calls.clear()
+    d = x @ w - h @ u
+    np.testing.assert_allclose(d.numpy(), x.numpy() @ w.numpy() - h.numpy() @ u.numpy(), rtol=1e-5, atol=1e-5)
+    g = x @ w
+    g[:, :2]  # (computes the GEMM)
+    e = g + h @ u
+    np.testing.assert_allclose(e.numpy(), want, rtol=1e-5, atol=1e-5)
+    assert calls == []  # (neither reached the fold)
+
+
+@native
 @pytest.mark.parametrize(
     "key",
     [(slice(None), slice(0, 3)), (slice(None), slice(3, None)), (slice(1, None, 2), slice(None, None, -2)),
