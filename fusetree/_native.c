@@ -1458,6 +1458,7 @@ static PyObject *S_opts, *S_plans, *S_be, *S_single, *S_launcher, *S_geometry, *
     *S_scalar_arg, *S_acquire, *S_release, *S_launches, *S_kernels, *S_plan_hits, *S_cache_hits, *S_C,
     *S_offset_form, *S_itemsize, *S_flat_launch, *S_flat, *S_flat_view_dtypes, *S_fast_empty, *S_reshape,
     *S_direct;
+static PyObject *S_base, *S_flags, *S_c_contiguous, *S_dtype_attr, *S_size, *F16_DT;
 static PyObject *S_pack_direct, *S_data, *S_ptr, *S_calls, *S_fmt, *S_bufaddr, *S_args, *S_stream_ptr,
     *S_launch_failed, *S_name;
 /* (defined with pack_launch below) */
@@ -1479,7 +1480,7 @@ setup_engine_impl(PyObject *d)
         !(LOCK = get_obj(d, "LOCK")) || !(BY_SHAPE = get_obj(d, "BY_SHAPE")) ||
         !(BIND_LEAF = get_obj(d, "bind_leaf")) || !(MAKE_CONTIGUOUS = get_obj(d, "make_contiguous")) ||
         !(SET_BUFFER = get_obj(d, "set_buffer")) || !(SOURCE_BOUND = get_obj(d, "source_bound")) ||
-        !(RECENT_SOURCES = get_obj(d, "RECENT_SOURCES")))
+        !(RECENT_SOURCES = get_obj(d, "RECENT_SOURCES")) || !(F16_DT = get_obj(d, "FLOAT16")))
         return NULL;
     if (get_ll(d, "BY_SIZE", &BY_SIZE))
         return NULL;
@@ -1599,6 +1600,96 @@ make_contiguous_c(PyObject *data, PyObject *device, PyObject *shape, PyObject *d
     return n;
 }
 
+/* executor.source_bound's common case: ``leaf``'s source a whole allocation of its own (a GEMM's
+ * fresh output: no base, C-contiguous, not empty, not float16, element strides equal to the
+ * leaf's src_strides), bound as the backend's bind does (form 1: (its 1-D reshape, 0, *element
+ * strides); form 2: (pointer, *element strides)) and remembered in RECENT_SOURCES as the Python
+ * definition does. NULL without an error: not this case (Python). New reference. */
+static PyObject *
+source_bound_c(long form, PyObject *leaf)
+{
+    PyObject *source = SLOT(leaf, V_source), *res = NULL, *base = NULL, *flags = NULL, *cc = NULL, *dt = NULL,
+             *strides = NULL, *item = NULL, *first = NULL, *data = NULL;
+    if (source == NULL || (form != 1 && form != 2))
+        return NULL;
+    if (!(base = PyObject_GetAttr(source, S_base)) || base != Py_None)
+        goto out;
+    if (!(flags = PyObject_GetAttr(source, S_flags)) || !(cc = PyObject_GetAttr(flags, S_c_contiguous)) ||
+        cc != Py_True)
+        goto out;
+    if (!(dt = PyObject_GetAttr(source, S_dtype_attr)) || dt == F16_DT || PyObject_RichCompareBool(dt, F16_DT, Py_EQ))
+        goto out;
+    if (!(strides = PyObject_GetAttr(source, S_strides)) || !(item = PyObject_GetAttr(source, S_itemsize)) ||
+        !PyTuple_Check(strides))
+        goto out;
+    Py_ssize_t it = PyLong_AsSsize_t(item), n = PyTuple_GET_SIZE(strides);
+    PyObject *want = SLOT(leaf, V_src_strides);
+    if (it <= 0 || want == NULL || !PyTuple_Check(want) || PyTuple_GET_SIZE(want) != n)
+        goto out;
+    PyObject *bound = PyTuple_New((form == 1 ? 2 : 1) + n);
+    if (bound == NULL)
+        goto out;
+    Py_ssize_t lead = form == 1 ? 2 : 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t st = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+        PyObject *e = st % it == 0 ? PyLong_FromSsize_t(st / it) : NULL;
+        if (e == NULL) {
+            Py_DECREF(bound);
+            goto out;
+        }
+        PyTuple_SET_ITEM(bound, lead + i, e);
+        if (PyObject_RichCompareBool(e, PyTuple_GET_ITEM(want, i), Py_EQ) != 1) {
+            Py_DECREF(bound);
+            goto out;
+        }
+    }
+    if (form == 1) { /* (an empty array: Python) */
+        PyObject *sz = PyObject_GetAttr(source, S_size);
+        Py_ssize_t z = sz ? PyLong_AsSsize_t(sz) : -1;
+        Py_XDECREF(sz);
+        PyObject *m1 = z > 0 ? PyLong_FromLong(-1) : NULL;
+        first = m1 ? PyObject_VectorcallMethod(S_reshape, (PyObject *[]){source, m1}, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                               NULL)
+                   : NULL;
+        Py_XDECREF(m1);
+        PyObject *zero = first ? PyLong_FromLong(0) : NULL;
+        if (zero == NULL) {
+            Py_DECREF(bound);
+            goto out;
+        }
+        PyTuple_SET_ITEM(bound, 0, first);
+        PyTuple_SET_ITEM(bound, 1, zero);
+        first = NULL;
+    } else {
+        data = PyObject_GetAttr(source, S_data);
+        first = data ? PyObject_GetAttr(data, S_ptr) : NULL;
+        if (first == NULL) {
+            Py_DECREF(bound);
+            goto out;
+        }
+        PyTuple_SET_ITEM(bound, 0, first);
+        first = NULL;
+    }
+    PyObject *ref = PyWeakref_NewRef(source, NULL);
+    PyObject *entry = ref ? PyTuple_Pack(2, ref, bound) : NULL;
+    Py_XDECREF(ref);
+    if (entry == NULL || PyList_Insert(RECENT_SOURCES, 0, entry) < 0 ||
+        (PyList_GET_SIZE(RECENT_SOURCES) > 4 &&
+         PyList_SetSlice(RECENT_SOURCES, 4, PyList_GET_SIZE(RECENT_SOURCES), NULL) < 0)) {
+        Py_XDECREF(entry);
+        Py_DECREF(bound);
+        goto out;
+    }
+    Py_DECREF(entry);
+    res = bound;
+out:
+    if (res == NULL && PyErr_Occurred())
+        PyErr_Clear(); /* (anything unexpected: the Python definition decides) */
+    Py_XDECREF(base); Py_XDECREF(flags); Py_XDECREF(cc); Py_XDECREF(dt); Py_XDECREF(strides); Py_XDECREF(item);
+    Py_XDECREF(data);
+    return res;
+}
+
 /* executor.bind_leaf(be, x, strided) for a buffer leaf with no binding of that form yet: a view
  * described by arithmetic (ir.node.ViewLeaf) is bound from its source's binding in C when the
  * backend's bind_offset has one of the forms of Backend.offset_form; else the Python definition.
@@ -1620,7 +1711,8 @@ bind_c(PyObject *be, long form, PyObject *x, PyObject *strided)
                     break;
                 }
             }
-            if (src == NULL && !(src = PyObject_Vectorcall(SOURCE_BOUND, (PyObject *[]){be, x}, 2, NULL)))
+            if (src == NULL && !(src = source_bound_c(form, x)) &&
+                !(src = PyObject_Vectorcall(SOURCE_BOUND, (PyObject *[]){be, x}, 2, NULL)))
                 return NULL;
             set_slot(x, V_src_bound, src); /* (borrowed from the slot below) */
         }
@@ -1908,13 +2000,21 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
         goto fail;
     }
     Py_DECREF(tick);
-    /* a flat kernel the backend lets this module launch (Backend.flat_launch): outputs allocated
-     * 1-D by be.fast_empty, launched through launcher.direct(n); else be.empty and be.launch */
-    int flat = 0;
+    /* a kernel the backend lets this module launch (Backend.flat_launch) with C-contiguous
+     * outputs: allocated 1-D by be.fast_empty, launched through launcher.direct(n) with the
+     * arguments be.launch makes (then n for a flat kernel, the shape's extents for a row kernel);
+     * else be.empty and be.launch */
+    int flat = 0, rows = 0;
     PyObject *fl = PyObject_GetAttr(be, S_flat_launch), *lf = fl ? PyObject_GetAttr(launcher, S_flat) : NULL;
     PyObject *views = lf ? PyObject_GetAttr(be, S_flat_view_dtypes) : NULL;
-    if (views != NULL && fl == Py_True && lf == Py_True) {
+    if (views != NULL && fl == Py_True && PyTuple_Check(layouts)) {
         flat = 1;
+        rows = lf != Py_True;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(layouts) && flat; i++)
+            if (PyTuple_GET_ITEM(layouts, i) != S_C &&
+                (!PyUnicode_Check(PyTuple_GET_ITEM(layouts, i)) ||
+                 PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(layouts, i), "C")))
+                flat = 0;
         for (Py_ssize_t i = 0; i < nroots && flat; i++) {
             PyObject *o = PyList_GET_ITEM(outputs, i);
             int in = PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2 ? PySequence_Contains(views, PyTuple_GET_ITEM(o, 1)) : 1;
@@ -2016,11 +2116,24 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
             Py_DECREF(v);
         }
     }
-    if (flat) { /* CPUBackend.launch's flat case: args, the 1-D outputs, n; the entry point */
+    if (flat) { /* CPUBackend.launch: args, the 1-D outputs, n (or the extents); the entry point */
         PyObject *pn = PyLong_FromSsize_t(count_n);
-        if (pn == NULL || PyList_SetSlice(args, PyList_GET_SIZE(args), PyList_GET_SIZE(args), flat_outs) < 0 ||
-            PyList_Append(args, pn) < 0) {
+        if (pn == NULL || PyList_SetSlice(args, PyList_GET_SIZE(args), PyList_GET_SIZE(args), flat_outs) < 0) {
             Py_XDECREF(pn);
+            goto fail;
+        }
+        int bad;
+        if (!rows)
+            bad = PyList_Append(args, pn) < 0;
+        else if (ndim > 0)
+            bad = PyList_SetSlice(args, PyList_GET_SIZE(args), PyList_GET_SIZE(args), shape) < 0;
+        else {
+            PyObject *one = PyLong_FromLong(1);
+            bad = one == NULL || PyList_Append(args, one) < 0;
+            Py_XDECREF(one);
+        }
+        if (bad) {
+            Py_DECREF(pn);
             goto fail;
         }
         PyObject *fn = PyObject_VectorcallMethod(S_direct, (PyObject *[]){launcher, pn},
@@ -2492,7 +2605,10 @@ PyInit__native(void)
         !(S_fmt = PyUnicode_InternFromString("fmt")) || !(S_bufaddr = PyUnicode_InternFromString("bufaddr")) ||
         !(S_args = PyUnicode_InternFromString("args")) || !(S_stream_ptr = PyUnicode_InternFromString("stream_ptr")) ||
         !(S_launch_failed = PyUnicode_InternFromString("_launch_failed")) ||
-        !(S_name = PyUnicode_InternFromString("name")))
+        !(S_name = PyUnicode_InternFromString("name")) || !(S_base = PyUnicode_InternFromString("base")) ||
+        !(S_flags = PyUnicode_InternFromString("flags")) ||
+        !(S_c_contiguous = PyUnicode_InternFromString("c_contiguous")) ||
+        !(S_dtype_attr = PyUnicode_InternFromString("dtype")) || !(S_size = PyUnicode_InternFromString("size")))
         return NULL;
     if (!(S_C = PyUnicode_InternFromString("C")) || !(S_offset_form = PyUnicode_InternFromString("offset_form")) ||
         !(S_itemsize = PyUnicode_InternFromString("itemsize")))

@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import types
+
 import numpy as np
 import pytest
 
@@ -319,6 +321,83 @@ def test_c_view_binding_equals_the_backends_bind_offset(rng):
                     else:
                         assert g == w and type(g) is type(w), (key, strided, got, want)
                 assert x.bound[strided] is got  # cached on the leaf as bind_leaf caches it
+
+
+class _Counting:
+    """A backend wrapper counting view_source calls (the Python source binding)."""
+
+    def __init__(self, be):
+        self.be, self.calls, self.offset_form = be, 0, be.offset_form
+
+    def view_source(self, data):
+        self.calls += 1
+        return self.be.view_source(data)
+
+    def bind_offset(self, *a):
+        return self.be.bind_offset(*a)
+
+    def bind(self, *a):
+        return self.be.bind(*a)
+
+
+class _DeviceArray:
+    """What the pointer form reads of a CuPy array: base, flags, dtype, strides, itemsize, data.ptr."""
+
+    def __init__(self, a):
+        self.a, self.base, self.flags, self.dtype = a, None, a.flags, a.dtype
+        self.strides, self.itemsize, self.shape, self.size = a.strides, a.itemsize, a.shape, a.size
+        self.data = types.SimpleNamespace(ptr=a.ctypes.data)
+
+
+class _DevicePointers(_PointerBackend):
+    def view_source(self, data):
+        item = data.itemsize
+        estrides = tuple(s // item for s in data.strides)
+        return (data.data.ptr, *estrides), estrides
+
+
+@native
+def test_c_source_binding_of_a_fresh_allocation_equals_python(rng):
+    """A slice's source that is an allocation of its own (a GEMM's fresh output) is bound in C as
+    executor.source_bound binds it (CPU form: its 1-D reshape, offset 0, element strides; pointer
+    form: address and element strides) and remembered the same way; a view, a float16 array or
+    other strides go to the Python definition."""
+    from fusetree import backends
+    from fusetree.engine import executor
+
+    def leaf(src, src_strides=None):  # src[:, 2:5]
+        es = src_strides or tuple(s // src.itemsize for s in src.strides)
+        fn = lambda a: a[:, 2:5]  # noqa: E731
+        return nm.make_view_leaf(src, fn, es, 2, (src.shape[0], 3), es, np.dtype(src.dtype), "cpu")
+
+    fresh = rng.standard_normal((6, 8)).astype(np.float32)
+    dev = _DeviceArray(rng.standard_normal((6, 8)).astype(np.float32))
+    # (the CPU's flat form of a view is a view object: bound by the Python definition)
+    for be, src, forms in ((_Counting(backends.get("cpu")), fresh, (True,)),
+                           (_Counting(_DevicePointers()), dev, (True, False))):  # fmt: skip
+        for strided in forms:
+            executor.RECENT_SOURCES.clear()
+            got = nm.NATIVE.bind_leaf(be, leaf(src), strided)
+            c_src = executor.RECENT_SOURCES[0][1]
+            assert be.calls == 0 and executor.RECENT_SOURCES[0][0]() is src  # bound in C, remembered
+            executor.RECENT_SOURCES.clear()
+            want_src = executor.source_bound(be, leaf(src))
+            want = executor.bind_leaf(be, leaf(src), strided)
+            assert be.calls == 1
+            be.calls = 0
+            assert len(c_src) == len(want_src) and len(got) == len(want)
+            for g, w in zip((*c_src, *got), (*want_src, *want)):
+                if isinstance(w, np.ndarray):
+                    assert g.shape == w.shape and g.ctypes.data == w.ctypes.data
+                else:
+                    assert g == w and type(g) is type(w)
+    # declined: a view of other memory, float16, strides other than the leaf's
+    wide = rng.standard_normal((6, 16)).astype(np.float32)
+    for src, es in ((wide[:, ::2], None), (fresh.astype(np.float16), None), (fresh, (4, 1))):
+        be = _Counting(backends.get("cpu"))
+        executor.RECENT_SOURCES.clear()
+        nm.NATIVE.bind_leaf(be, leaf(src, src_strides=es), True)
+        assert be.calls == 1  # (the Python definition)
 
 
 @native
@@ -710,3 +789,34 @@ def test_realize_hit_launches_flat_cpu_kernels_as_the_backend_does(rng, monkeypa
         got[flat] = y.numpy()
         assert got[flat].shape == shape and got[flat].dtype == np.dtype(dtype)
         np.testing.assert_array_equal(got[flat], want)
+
+
+@native
+@pytest.mark.parametrize("shape", [(37,), (4, 9), (2, 3, 5)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_realize_hit_launches_cpu_row_kernels_as_the_backend_does(rng, monkeypatch, shape, dtype):
+    """A row kernel (an input read through strides: every other element of a wider array) launched
+    by realize_hit itself (1-D outputs, the shape's extents after them, the entry point; be.launch
+    not called) equals the be.launch route, poisoned outputs overwritten."""
+    from fusetree import backends
+
+    be = backends.get("cpu")
+    a = ft.asarray(np.asarray(rng.integers(-50, 50, shape)).astype(dtype))
+    wide = ft.asarray(np.asarray(rng.integers(-50, 50, (*shape[:-1], 2 * shape[-1]))).astype(dtype))
+    b = wide[..., ::2]
+    want = (a.numpy() * b.numpy() + a.numpy()).astype(dtype)
+    (a * b + a).numpy()  # the plan
+    assert "flat=False" in ft.explain(a * b + a).kernels[0].source.splitlines()[0]
+    got = {}
+    for direct in (True, False):
+        monkeypatch.setattr(be, "flat_launch", direct)
+        monkeypatch.setattr(be, "fast_empty", lambda s, d: np.full(s, 7, d))  # poisoned outputs
+        real = be.launch
+        if direct:
+            monkeypatch.setattr(be, "launch", lambda *a: pytest.fail("be.launch ran"))
+        y = a * b + a
+        assert nm.NATIVE.realize_hit((y,)) is True
+        monkeypatch.setattr(be, "launch", real)
+        got[direct] = y.numpy()
+        assert got[direct].shape == shape and got[direct].dtype == np.dtype(dtype)
+        np.testing.assert_array_equal(got[direct], want)

@@ -16,6 +16,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from .. import backends, config
 from ..errors import DeviceError
 from ..ir.node import (
@@ -575,7 +577,7 @@ def _setup_native() -> None:
             "CONTEXTS": _CONTEXTS, "STATS": STATS, "TICK": TICK, "HOOK": HOOK, "STORES": STORES,
             "LOCK": LOCK, "BY_SHAPE": _BY_SHAPE, "BY_SIZE": _BY_SIZE, "bind_leaf": executor.bind_leaf,
             "make_contiguous": make_contiguous, "set_buffer": set_buffer, "source_bound": executor.source_bound,
-            "RECENT_SOURCES": executor.RECENT_SOURCES,
+            "RECENT_SOURCES": executor.RECENT_SOURCES, "FLOAT16": np.dtype(np.float16),
         })  # fmt: skip
     except (TypeError, KeyError, RuntimeError) as e:  # a stale build or a front end left in Python
         import warnings
