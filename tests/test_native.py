@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-
 import types
 
 import numpy as np
@@ -367,7 +366,7 @@ def test_c_source_binding_of_a_fresh_allocation_equals_python(rng):
 
     def leaf(src, src_strides=None):  # src[:, 2:5]
         es = src_strides or tuple(s // src.itemsize for s in src.strides)
-        fn = lambda a: a[:, 2:5]  # noqa: E731
+        fn = lambda a: a[:, 2:5]
         return nm.make_view_leaf(src, fn, es, 2, (src.shape[0], 3), es, np.dtype(src.dtype), "cpu")
 
     fresh = rng.standard_normal((6, 8)).astype(np.float32)
