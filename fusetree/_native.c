@@ -967,6 +967,7 @@ matmul_fast(PyObject *x, PyObject *y)
  * frontend.array._gemm_sum joins into one longer-K product) is left to the Python definition, as
  * is everything else. NULL without an error: not taken. */
 static PyObject *S_be, *S_data, *S_ptr; /* (set with the engine's names below) */
+static PyObject *compute_gemm_c(PyObject *n); /* (with the engine's pieces below) */
 
 static PyObject *
 fold_fast(PyObject *a, PyObject *b)
@@ -1107,7 +1108,7 @@ leaf_view_c(PyObject *a, PyObject *fn, PyObject *vk)
         return NULL;
     PyObject *data = SLOT(a, N_memo);
     if (data == Py_None) {
-        data = PyObject_CallOneArg(COMPUTE_GEMM, a);
+        data = compute_gemm_c(a);
         if (data == NULL)
             return NULL;
     } else {
@@ -1459,6 +1460,7 @@ static PyObject *S_opts, *S_plans, *S_be, *S_single, *S_launcher, *S_geometry, *
     *S_offset_form, *S_itemsize, *S_flat_launch, *S_flat, *S_flat_view_dtypes, *S_fast_empty, *S_reshape,
     *S_direct;
 static PyObject *S_base, *S_flags, *S_c_contiguous, *S_dtype_attr, *S_size, *F16_DT;
+static PyObject *S_gemm, *S_gemms;
 static PyObject *S_pack_direct, *S_data, *S_ptr, *S_calls, *S_fmt, *S_bufaddr, *S_args, *S_stream_ptr,
     *S_launch_failed, *S_name;
 /* (defined with pack_launch below) */
@@ -1530,6 +1532,92 @@ count(PyObject *name)
     int r = PyDict_SetItem(STATS, name, w);
     Py_DECREF(w);
     return r;
+}
+
+/* STATS[name] += k */
+static int
+count_by(PyObject *name, long long k)
+{
+    for (long long i = 0; i < k; i++)
+        if (count(name) < 0)
+            return -1;
+    return 0;
+}
+
+/* realization.compute_gemm (run a pending GEMM sum once, memoized on its node) in C: under the
+ * engine lock, the products through the backend's gemm (the first allocates the output, the
+ * others accumulate into it), the launch counters; a jit recording or a device without an engine
+ * context yet: the Python definition. New reference. */
+static PyObject *
+compute_gemm_c(PyObject *n)
+{
+    PyObject *m = SLOT(n, N_memo);
+    if (m != Py_None)
+        return Py_NewRef(m);
+    if (CONTEXTS == NULL || HOOK == NULL)
+        return PyObject_CallOneArg(COMPUTE_GEMM, n);
+    PyObject *rec = PyObject_GetAttr(HOOK, S_recorder);
+    if (rec == NULL)
+        return NULL;
+    Py_DECREF(rec);
+    PyObject *ctx = rec == Py_None ? PyDict_GetItemWithError(CONTEXTS, SLOT(n, N_device)) : NULL;
+    PyObject *args = SLOT(n, N_args);
+    Py_ssize_t na = PyTuple_GET_SIZE(args);
+    if (ctx == NULL || na < 2 || na % 2 || na > 16) {
+        if (PyErr_Occurred())
+            return NULL;
+        return PyObject_CallOneArg(COMPUTE_GEMM, n);
+    }
+    PyObject *be = PyObject_GetAttr(ctx, S_be);
+    if (be == NULL)
+        return NULL;
+    PyObject *lk = PyObject_CallMethodNoArgs(LOCK, S_acquire), *out = NULL, *ops[16] = {NULL};
+    if (lk == NULL) {
+        Py_DECREF(be);
+        return NULL;
+    }
+    Py_DECREF(lk);
+    Py_INCREF(n); /* (held while Python code runs) */
+    m = SLOT(n, N_memo);
+    if (m != Py_None) { /* (another thread computed it meanwhile) */
+        out = Py_NewRef(m);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < na; i++)
+        if (!(ops[i] = PyObject_GetAttr(PyTuple_GET_ITEM(args, i), S_data)))
+            goto done;
+    out = PyObject_VectorcallMethod(S_gemm, (PyObject *[]){be, ops[0], ops[1]}, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                    NULL);
+    for (Py_ssize_t i = 2; i < na && out != NULL; i += 2) {
+        PyObject *r = PyObject_VectorcallMethod(S_gemm, (PyObject *[]){be, ops[i], ops[i + 1], out, Py_True},
+                                                5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        Py_SETREF(out, r);
+    }
+    if (out == NULL || count_by(S_launches, na / 2) < 0 || count_by(S_gemms, na / 2) < 0) {
+        Py_CLEAR(out);
+        goto done;
+    }
+    set_slot(n, N_memo, Py_NewRef(out));
+done:
+    for (Py_ssize_t i = 0; i < na; i++)
+        Py_XDECREF(ops[i]);
+    {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *ul = PyObject_CallMethodNoArgs(LOCK, S_release);
+        if (ul == NULL && et == NULL) {
+            Py_CLEAR(out);
+        } else {
+            Py_XDECREF(ul);
+            if (et != NULL) {
+                PyErr_Restore(et, ev, tb);
+                Py_CLEAR(out);
+            }
+        }
+    }
+    Py_DECREF(n);
+    Py_DECREF(be);
+    return out;
 }
 
 /* attribute ``name`` of ``o`` is None (0), not None (1); -1 on error */
@@ -2605,7 +2693,8 @@ PyInit__native(void)
         !(S_fmt = PyUnicode_InternFromString("fmt")) || !(S_bufaddr = PyUnicode_InternFromString("bufaddr")) ||
         !(S_args = PyUnicode_InternFromString("args")) || !(S_stream_ptr = PyUnicode_InternFromString("stream_ptr")) ||
         !(S_launch_failed = PyUnicode_InternFromString("_launch_failed")) ||
-        !(S_name = PyUnicode_InternFromString("name")) || !(S_base = PyUnicode_InternFromString("base")) ||
+        !(S_name = PyUnicode_InternFromString("name")) || !(S_gemm = PyUnicode_InternFromString("gemm")) ||
+        !(S_gemms = PyUnicode_InternFromString("gemms")) || !(S_base = PyUnicode_InternFromString("base")) ||
         !(S_flags = PyUnicode_InternFromString("flags")) ||
         !(S_c_contiguous = PyUnicode_InternFromString("c_contiguous")) ||
         !(S_dtype_attr = PyUnicode_InternFromString("dtype")) || !(S_size = PyUnicode_InternFromString("size")))

@@ -655,6 +655,50 @@ def test_matmul_and_broadcast_operators_in_c_match_python(rng):
 
 
 @native
+def test_gemm_sum_computed_in_c_for_a_slice(rng, monkeypatch):
+    """The first gate slice of ``x@W + h@U + b`` runs the pending GEMM sum in C (the backend's gemm,
+    the second product accumulated into the first's output, the counters, the memo) as
+    realization.compute_gemm does; a backend error propagates with the engine lock released."""
+    import threading
+
+    from fusetree.engine import executor, state
+
+    x, h = (ft.asarray(rng.standard_normal((4, 6)).astype(np.float32)) for _ in range(2))
+    w, u = (ft.asarray(rng.standard_normal((6, 8)).astype(np.float32)) for _ in range(2))
+    b = ft.asarray(rng.standard_normal(8).astype(np.float32))
+    want = x.numpy() @ w.numpy() + h.numpy() @ u.numpy() + b.numpy()
+    (x @ w + h @ u + b)[:, 2:5].numpy()  # (the index, the bias view, the engine context made)
+    before = ft.stats()
+    g = x @ w + h @ u + b
+    with monkeypatch.context() as mp:
+        mp.setattr(executor, "compute_gemm", lambda *a: pytest.fail("the Python compute_gemm ran"))
+        s = g[:, 2:5]
+    after = ft.stats()
+    assert after["gemms"] - before["gemms"] == 2 and after["launches"] - before["launches"] == 2
+    memo = g._node.args[0].memo
+    assert memo is not None and memo.shape == (4, 8)
+    np.testing.assert_allclose(s.numpy(), want[:, 2:5], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(g[:, 5:].numpy(), want[:, 5:], rtol=1e-5, atol=1e-5)
+    from fusetree import backends
+
+    be = backends.get("cpu")
+
+    def broken(*a, **k):
+        raise RuntimeError("gemm failed")
+
+    monkeypatch.setattr(be, "gemm", broken)
+    with pytest.raises(RuntimeError, match="gemm failed"):
+        (x @ w + h @ u + b)[:, 2:5]
+    got = []
+    th = threading.Thread(
+        target=lambda: got.append(state.LOCK.acquire(timeout=2) and state.LOCK.release() is None)
+    )
+    th.start()
+    th.join()
+    assert got == [True]  # the engine lock was released
+
+
+@native
 def test_gemm_fold_in_c_matches_python(rng, monkeypatch):
     """``x@W + h@U`` (+ a third product) folded in C into one GEMM-sum node: the node the Python
     operator builds, equal to NumPy; products over adjacent column blocks of one array (joined into
