@@ -816,7 +816,7 @@ py_wrap(PyObject *self, PyObject *node)
 /* ------------------------------------------------------------------------------------------ */
 /* operators */
 
-enum { BINARY = 0, REFLECTED = 1, UNARY = 2, MATMUL = 3, GETITEM = 4 };
+enum { BINARY = 0, REFLECTED = 1, UNARY = 2, MATMUL = 3, GETITEM = 4, SETITEM = 5 };
 
 typedef struct {
     PyObject_HEAD
@@ -847,6 +847,51 @@ fast_mode(void)
     return f == Py_True;
 }
 
+/* engine.stores' queue (setup_stores): its tables and Python definitions */
+static PyObject *ST_OWNERS, *ST_LOS, *ST_HIS, *ST_STORE, *ST_WATCH, *ST_FLUSH, *ST_PACKAGE;
+static PyObject *ST_GLOBALS;
+static Py_ssize_t T_device, T_node, T_owner, T_span, T_target, T_tnode, T_where; /* Store's slots */ /* engine.stores' namespace (MAX_QUEUED read from it per store) */
+static PyObject *S_span, *S_defer_stores, *S_stores, *S_owner, *S_node_attr, *S_where, *S_tnode;
+
+/* engine.stores._overlapping: whether [lo, hi) overlaps a queued target's span (the spans sorted
+ * by start, disjoint); -1 on error */
+static int
+overlapping_c(PyObject *lo, PyObject *hi)
+{
+    Py_ssize_t a = 0, b = PyList_GET_SIZE(ST_LOS);
+    while (a < b) { /* bisect_left(_LOS, hi) */
+        Py_ssize_t mid = (a + b) / 2;
+        int lt = PyObject_RichCompareBool(PyList_GET_ITEM(ST_LOS, mid), hi, Py_LT);
+        if (lt < 0)
+            return -1;
+        if (lt)
+            a = mid + 1;
+        else
+            b = mid;
+    }
+    if (a == 0 || a > PyList_GET_SIZE(ST_HIS))
+        return 0;
+    return PyObject_RichCompareBool(PyList_GET_ITEM(ST_HIS, a - 1), lo, Py_GT);
+}
+
+/* a buffer node's byte span (its cached ``span``), a new reference to a (lo, hi) tuple */
+static PyObject *
+span_of_node(PyObject *n)
+{
+    if (PyObject_TypeCheck(n, BufferT)) { /* (computed once, kept in _span) */
+        PyObject *c = SLOT(n, B_span);
+        if (c != NULL && PyTuple_CheckExact(c) && PyTuple_GET_SIZE(c) == 2)
+            return Py_NewRef(c);
+    }
+    PyObject *sp = PyObject_GetAttr(n, S_span);
+    if (sp != NULL && (!PyTuple_Check(sp) || PyTuple_GET_SIZE(sp) != 2)) {
+        Py_DECREF(sp);
+        PyErr_SetString(PyExc_TypeError, "a buffer's span is a (low, high) pair");
+        return NULL;
+    }
+    return sp;
+}
+
 /* frontend.array._watch for array operands: while deferred stores are queued (ir.node.WATCH), each
  * buffer operand is shown to the store queue, which flushes when it reads a queued target. Runs
  * before the operands' nodes are read (a flush can give pending operands memory). -1: error. */
@@ -865,6 +910,18 @@ watch_operands(PyObject *x, PyObject *y)
         PyObject *n = SLOT(ops[i], A_node);
         if (n == NULL || !is_str(SLOT(n, N_op), S_buffer))
             continue;
+        if (w == ST_WATCH && ST_LOS != NULL) { /* (engine.stores._watch: the overlap test here) */
+            PyObject *sp = span_of_node(n);
+            if (sp == NULL)
+                return -1;
+            int o = overlapping_c(PyTuple_GET_ITEM(sp, 0), PyTuple_GET_ITEM(sp, 1));
+            Py_DECREF(sp);
+            if (o <= 0) {
+                if (o < 0)
+                    return -1;
+                continue;
+            }
+        }
         Py_INCREF(w);
         Py_INCREF(n);
         PyObject *r = PyObject_CallOneArg(w, n);
@@ -1240,6 +1297,221 @@ out:
     return res;
 }
 
+static PyObject *S_acquire, *S_release; /* (set with the engine's names below) */
+static int count(PyObject *name);
+
+/* Whether ``x[...] = value`` is queued (ft.options(defer_stores=True), fusion on) */
+static int
+deferring_c(void)
+{
+    PyObject *cur = PyDict_GetItemWithError(CONFIG_GLOBALS, S_current);
+    if (cur == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *d = PyObject_GetAttr(cur, S_defer_stores), *f = d ? PyObject_GetAttr(cur, S_fuse) : NULL;
+    int r = d == NULL || f == NULL ? -1 : d == Py_True && f == Py_True;
+    Py_XDECREF(d);
+    Py_XDECREF(f);
+    return r;
+}
+
+/* engine.stores.defer for ``arr[...] = value`` of the target's shape and dtype (what
+ * Array.__setitem__'s fast path queues; the caller checked shape, dtype and mode): the store
+ * queued (its Store, the owner table, the sorted spans, the queue's operand watch), the array
+ * rebound to the value. 1: queued, 0: not this case (nothing changed: Python decides), -1: error. */
+static int
+defer_c(PyObject *arr, PyObject *value)
+{
+    PyObject *vnode = SLOT(value, A_node);
+    if (vnode == NULL || is_str(SLOT(vnode, N_op), S_buffer) || is_str(SLOT(vnode, N_op), S_scalar) ||
+        is_str(SLOT(vnode, N_op), S_matmul))
+        return 0;
+    long long fl = PyLong_AsLongLong(SLOT(vnode, N_flags));
+    if (fl == -1 && PyErr_Occurred())
+        return -1;
+    if (fl & (F_REDUCE | F_EXPAND))
+        return 0;
+    PyObject *leaves = SLOT(vnode, N_leaves);
+    int array_leaf = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(leaves) && !array_leaf; i++)
+        array_leaf = !is_str(SLOT(PyTuple_GET_ITEM(leaves, i), N_op), S_scalar);
+    if (!array_leaf) /* (a fill: written now) */
+        return 0;
+    PyObject *lk = PyObject_CallMethodNoArgs(LOCK, S_acquire);
+    if (lk == NULL)
+        return -1;
+    Py_DECREF(lk);
+    int done = 0;
+    PyObject *key = NULL, *rec = NULL, *span = NULL, *where = NULL, *tnode = NULL;
+    if (!(key = PyLong_FromVoidPtr(arr)))
+        goto error;
+    rec = PyDict_GetItemWithError(ST_OWNERS, key);
+    if (rec == NULL && PyErr_Occurred())
+        goto error;
+    if (rec != NULL) {
+        PyObject *owner = PyObject_GetAttr(rec, S_owner);
+        if (owner == NULL)
+            goto error;
+        Py_DECREF(owner);
+        rec = owner == arr ? Py_NewRef(rec) : NULL;
+    }
+    tnode = rec == NULL ? Py_NewRef(SLOT(arr, A_node)) : PyObject_GetAttr(rec, S_tnode);
+    if (tnode == NULL)
+        goto error;
+    if (!is_str(SLOT(tnode, N_op), S_buffer))
+        goto out;
+    PyObject *vd = SLOT(vnode, N_device), *td = SLOT(tnode, N_device);
+    if (vd != Py_None && vd != td && PyObject_RichCompareBool(vd, td, Py_EQ) != 1)
+        goto out;
+    if (rec != NULL) { /* a second store: not while views of the queued value live */
+        PyObject *views = SLOT(arr, A_views);
+        if (views != NULL && views != Py_None) {
+            if (!PyList_Check(views))
+                goto out;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(views); i++) {
+                PyObject *r = PyList_GET_ITEM(views, i);
+                if (!PyWeakref_Check(r) || PyWeakref_GetObject(r) != Py_None)
+                    goto out;
+            }
+        }
+    } else {
+        if (!(span = span_of_node(tnode)))
+            goto error;
+        int o = overlapping_c(PyTuple_GET_ITEM(span, 0), PyTuple_GET_ITEM(span, 1));
+        if (o < 0)
+            goto error;
+        if (o) /* (another array over this memory has a queued store: Python flushes, stores) */
+            goto out;
+    }
+    /* the user's statement: the first frame outside the package */
+    PyFrameObject *f = PyEval_GetFrame();
+    Py_XINCREF(f);
+    while (f != NULL) {
+        PyCodeObject *code = PyFrame_GetCode(f);
+        int inside = PyUnicode_Tailmatch(code->co_filename, ST_PACKAGE, 0, PY_SSIZE_T_MAX, -1);
+        Py_DECREF(code);
+        if (inside < 0) {
+            Py_DECREF(f);
+            goto error;
+        }
+        if (!inside)
+            break;
+        PyFrameObject *b = PyFrame_GetBack(f);
+        Py_DECREF(f);
+        f = b;
+    }
+    if (f != NULL) {
+        PyCodeObject *code = PyFrame_GetCode(f);
+        where = Py_BuildValue("(Oi)", code->co_filename, PyFrame_GetLineNumber(f));
+        Py_DECREF(code);
+        Py_DECREF(f);
+    } else {
+        where = Py_BuildValue("(si)", "?", 0);
+    }
+    if (where == NULL)
+        goto error;
+    if (rec != NULL) {
+        if (PyObject_SetAttr(rec, S_node_attr, vnode) < 0 || PyObject_SetAttr(rec, S_where, where) < 0)
+            goto error;
+    } else {
+        /* Store(arr, tnode, vnode, span, where), its __init__ in C */
+        PyObject *target = PyObject_GetAttr(tnode, S_data);
+        PyObject *st = target ? ((PyTypeObject *)ST_STORE)->tp_alloc((PyTypeObject *)ST_STORE, 0) : NULL;
+        if (st == NULL) {
+            Py_XDECREF(target);
+            goto error;
+        }
+        set_slot(st, T_owner, Py_NewRef(arr));
+        set_slot(st, T_tnode, Py_NewRef(tnode));
+        set_slot(st, T_target, target);
+        set_slot(st, T_device, Py_NewRef(SLOT(tnode, N_device)));
+        set_slot(st, T_node, Py_NewRef(vnode));
+        set_slot(st, T_span, Py_NewRef(span));
+        set_slot(st, T_where, Py_NewRef(where));
+        PyObject *lo = PyTuple_GET_ITEM(span, 0), *hi = PyTuple_GET_ITEM(span, 1);
+        Py_ssize_t a = 0, b = PyList_GET_SIZE(ST_LOS);
+        while (a < b) { /* bisect_left(_LOS, lo) */
+            Py_ssize_t mid = (a + b) / 2;
+            int lt = PyObject_RichCompareBool(PyList_GET_ITEM(ST_LOS, mid), lo, Py_LT);
+            if (lt < 0) {
+                Py_DECREF(st);
+                goto error;
+            }
+            if (lt)
+                a = mid + 1;
+            else
+                b = mid;
+        }
+        int bad = PyList_Append(STORES, st) < 0 || PyDict_SetItem(ST_OWNERS, key, st) < 0 ||
+                  PyList_Insert(ST_LOS, a, lo) < 0 || PyList_Insert(ST_HIS, a, hi) < 0 ||
+                  PyDict_SetItem(NODE_GLOBALS, S_WATCH, ST_WATCH) < 0;
+        Py_DECREF(st);
+        if (bad)
+            goto error;
+    }
+    Py_INCREF(vnode);
+    set_slot(arr, A_node, vnode);
+    if (count(S_stores) < 0)
+        goto error;
+    done = 1;
+    PyObject *mx = PyDict_GetItemString(ST_GLOBALS, "MAX_QUEUED");
+    Py_ssize_t most = mx ? PyLong_AsSsize_t(mx) : 4096;
+    if (most == -1 && PyErr_Occurred())
+        goto error;
+    if (PyList_GET_SIZE(STORES) >= most) {
+        PyObject *r = PyObject_CallNoArgs(ST_FLUSH);
+        if (r == NULL)
+            goto error;
+        Py_DECREF(r);
+    }
+    goto out;
+error:
+    done = -1;
+out:
+    Py_XDECREF(key); Py_XDECREF(rec); Py_XDECREF(span); Py_XDECREF(where); Py_XDECREF(tnode);
+    {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        PyObject *ul = PyObject_CallMethodNoArgs(LOCK, S_release);
+        if (ul == NULL && et == NULL)
+            return -1;
+        Py_XDECREF(ul);
+        if (et != NULL)
+            PyErr_Restore(et, ev, tb);
+    }
+    return done;
+}
+
+/* Array.__setitem__'s fast path: ``x[...] = value`` of a pending Array of x's shape and dtype
+ * (not complex) while stores are deferred and no gradient is traced: queued by defer_c. 1: done,
+ * 0: the Python definition runs, -1: error. */
+static int
+setitem_fast(PyObject *x, PyObject *key, PyObject *value)
+{
+    if (key != Py_Ellipsis || Py_TYPE(value) != ArrayT || ST_OWNERS == NULL || STORES == NULL)
+        return 0;
+    PyObject *t = PyDict_GetItemWithError(ARRAY_GLOBALS, S_TAPE);
+    if (t != NULL && t != Py_None)
+        return 0;
+    int d = deferring_c();
+    if (d <= 0)
+        return d;
+    PyObject *n = SLOT(x, A_node), *vn = SLOT(value, A_node);
+    if (n == NULL || vn == NULL)
+        return 0;
+    PyObject *sa = SLOT(n, N_shape), *sb = SLOT(vn, N_shape), *da = SLOT(n, N_dtype), *db = SLOT(vn, N_dtype);
+    if ((sa != sb && PyObject_RichCompareBool(sa, sb, Py_EQ) != 1) ||
+        (da != db && PyObject_RichCompareBool(da, db, Py_EQ) != 1))
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *kind = PyObject_GetAttr(da, S_kind);
+    if (kind == NULL)
+        return -1;
+    int complex = !PyUnicode_Check(kind) || PyUnicode_CompareWithASCIIString(kind, "c") == 0;
+    Py_DECREF(kind);
+    if (complex)
+        return 0;
+    return defer_c(x, value);
+}
+
 static PyObject *
 operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1259,6 +1531,16 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         if (out == NULL)
             goto fallback;
         return result(o->name, PyTuple_Pack(1, a), out, a);
+    }
+    if (o->kind == SETITEM) {
+        if (nargs != 3 || Py_TYPE(args[0]) != ArrayT)
+            goto fallback;
+        int r = setitem_fast(args[0], args[1], args[2]);
+        if (r > 0)
+            Py_RETURN_NONE;
+        if (r < 0)
+            return NULL;
+        goto fallback;
     }
     if (o->kind == GETITEM) {
         if (nargs != 2 || Py_TYPE(args[0]) != ArrayT)
@@ -1428,8 +1710,8 @@ py_operator(PyObject *self, PyObject *args)
     int kind;
     if (!PyArg_ParseTuple(args, "UiOU", &name, &kind, &fallback, &qualname))
         return NULL;
-    if (kind < BINARY || kind > GETITEM || !PyCallable_Check(fallback)) {
-        PyErr_SetString(PyExc_ValueError, "operator(name, kind 0-2, fallback callable, qualname)");
+    if (kind < BINARY || kind > SETITEM || !PyCallable_Check(fallback)) {
+        PyErr_SetString(PyExc_ValueError, "operator(name, kind 0-5, fallback callable, qualname)");
         return NULL;
     }
     Operator *o = PyObject_GC_New(Operator, &OperatorType);
@@ -2529,6 +2811,49 @@ py_call_c(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return PyLong_FromLong(r);
 }
 
+/* setup_stores(dict): engine.stores' tables and Python definitions (the C queueing of
+ * ``x[...] = value`` and of the queue's operand watch) */
+static PyObject *
+setup_stores(PyObject *self, PyObject *d)
+{
+    if (!PyDict_Check(d)) {
+        PyErr_SetString(PyExc_TypeError, "setup_stores(dict)");
+        return NULL;
+    }
+    PyObject *owners = get_obj(d, "OWNERS"), *los = owners ? get_obj(d, "LOS") : NULL,
+             *his = los ? get_obj(d, "HIS") : NULL, *store = his ? get_obj(d, "Store") : NULL,
+             *watch = store ? get_obj(d, "watch") : NULL, *flush = watch ? get_obj(d, "flush") : NULL,
+             *pkg = flush ? get_obj(d, "PACKAGE") : NULL, *g = pkg ? get_obj(d, "globals") : NULL;
+    if (g == NULL || !PyDict_Check(owners) || !PyList_Check(los) || !PyList_Check(his) || !PyUnicode_Check(pkg) ||
+        !PyDict_Check(g)) {
+        Py_XDECREF(owners); Py_XDECREF(los); Py_XDECREF(his); Py_XDECREF(store); Py_XDECREF(watch);
+        Py_XDECREF(flush); Py_XDECREF(pkg); Py_XDECREF(g);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "setup_stores: OWNERS a dict, LOS/HIS lists, PACKAGE a str, globals a dict");
+        return NULL;
+    }
+    PyTypeObject *stt = PyType_Check(store) ? (PyTypeObject *)store : NULL;
+    if (stt == NULL || (T_device = slot_offset(stt, "device")) < 0 || (T_node = slot_offset(stt, "node")) < 0 ||
+        (T_owner = slot_offset(stt, "owner")) < 0 || (T_span = slot_offset(stt, "span")) < 0 ||
+        (T_target = slot_offset(stt, "target")) < 0 || (T_tnode = slot_offset(stt, "tnode")) < 0 ||
+        (T_where = slot_offset(stt, "where")) < 0) {
+        Py_DECREF(owners); Py_DECREF(los); Py_DECREF(his); Py_DECREF(store); Py_DECREF(watch);
+        Py_DECREF(flush); Py_DECREF(pkg); Py_DECREF(g);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "setup_stores: Store is a class with __slots__");
+        return NULL;
+    }
+    Py_XSETREF(ST_GLOBALS, g);
+    Py_XSETREF(ST_OWNERS, owners);
+    Py_XSETREF(ST_LOS, los);
+    Py_XSETREF(ST_HIS, his);
+    Py_XSETREF(ST_STORE, store);
+    Py_XSETREF(ST_WATCH, watch);
+    Py_XSETREF(ST_FLUSH, flush);
+    Py_XSETREF(ST_PACKAGE, pkg);
+    Py_RETURN_NONE;
+}
+
 /* the two pieces above as functions (their tests compare them with the Python definitions) */
 static PyObject *
 py_bind_leaf(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -2589,6 +2914,7 @@ static PyMethodDef methods[] = {
      "make_gemm_sum(args, shape, dtype): ir.node.make_gemm_sum in C."},
     {"wrap", py_wrap, METH_O, "frontend.array.wrap in C."},
     {"drop", py_drop, METH_O, "engine.state.drop in C (PENDING.pop(id(ref), None))."},
+    {"setup_stores", setup_stores, METH_O, "Hand engine.stores' queue tables and Python definitions to the module."},
     {"setup_engine", setup_engine, METH_O, "Hand the engine's tables and Python definitions to the module."},
     {"realize_hit", py_realize_hit, METH_O,
      "realize_hit(arrays): engine.realization.realize for a cached one-kernel plan; False: not taken."},
@@ -2694,7 +3020,11 @@ PyInit__native(void)
         !(S_args = PyUnicode_InternFromString("args")) || !(S_stream_ptr = PyUnicode_InternFromString("stream_ptr")) ||
         !(S_launch_failed = PyUnicode_InternFromString("_launch_failed")) ||
         !(S_name = PyUnicode_InternFromString("name")) || !(S_gemm = PyUnicode_InternFromString("gemm")) ||
-        !(S_gemms = PyUnicode_InternFromString("gemms")) || !(S_base = PyUnicode_InternFromString("base")) ||
+        !(S_gemms = PyUnicode_InternFromString("gemms")) || !(S_span = PyUnicode_InternFromString("span")) ||
+        !(S_defer_stores = PyUnicode_InternFromString("defer_stores")) ||
+        !(S_stores = PyUnicode_InternFromString("stores")) || !(S_owner = PyUnicode_InternFromString("owner")) ||
+        !(S_node_attr = PyUnicode_InternFromString("node")) || !(S_where = PyUnicode_InternFromString("where")) ||
+        !(S_tnode = PyUnicode_InternFromString("tnode")) || !(S_base = PyUnicode_InternFromString("base")) ||
         !(S_flags = PyUnicode_InternFromString("flags")) ||
         !(S_c_contiguous = PyUnicode_InternFromString("c_contiguous")) ||
         !(S_dtype_attr = PyUnicode_InternFromString("dtype")) || !(S_size = PyUnicode_InternFromString("size")))

@@ -655,6 +655,64 @@ def test_matmul_and_broadcast_operators_in_c_match_python(rng):
 
 
 @native
+def test_deferred_store_queued_in_c_as_python_queues_it(rng, monkeypatch):
+    """``x[...] = expr`` with stores deferred is queued in C (Array.__setitem__'s fast path): the
+    same Store, owner table, sorted spans, queue watch, rebinding and counters as
+    engine.stores.defer, the statement's file and line recorded; values equal NumPy after the
+    flush. Not taken (the Python definition runs): another shape, dtype, a fill, no deferral."""
+    from fusetree import engine
+    from fusetree.engine import stores
+
+    setitem_py = type(ft.asarray(np.zeros(1))).__setitem__.__wrapped__
+
+    def queue(set_fn):
+        xs = [ft.asarray(rng.standard_normal((5, 4)).astype(np.float32)) for _ in range(3)]
+        g = ft.asarray(rng.standard_normal((5, 4)).astype(np.float32))
+        want = [x.numpy() * 0.5 + g.numpy() for x in xs]
+        want[1] = want[1] * 2.0  # (stored twice: the second value reads the first)
+        with ft.options(defer_stores=True):
+            for x in xs:
+                set_fn(x, Ellipsis, x * 0.5 + g)
+            set_fn(xs[1], Ellipsis, xs[1] * 2.0)
+            state = [(s.owner, s.tnode, s.node.key, s.span, os.path.basename(s.where[0]), s.target is s.tnode.data,
+                      s.device) for s in stores.STORES]  # fmt: skip
+            tables = (
+                sorted(stores._OWNERS) == sorted(id(x) for x in xs),
+                list(stores._LOS),
+                list(stores._HIS),
+            )
+            assert nm.WATCH is stores._watch and all(x._node.op != "buffer" for x in xs)
+        for x, w in zip(xs, want):
+            np.testing.assert_allclose(x.numpy(), w, rtol=1e-6)
+        return xs, state, tables
+
+    before = ft.stats()["stores"]
+    with monkeypatch.context() as mp:
+        mp.setattr(engine, "defer", lambda *a: pytest.fail("the Python defer ran"))
+        xs, c_state, c_tables = queue(lambda x, k, v: x.__setitem__(k, v))
+    assert ft.stats()["stores"] - before == 4
+    ys, py_state, py_tables = queue(setitem_py)
+    assert len(c_state) == len(py_state) == 3
+    for (co, ct, ck, cs, cw, ctd, cd), (po, pt, pk, ps, pw, ptd, pd), x, y in zip(c_state, py_state, xs, ys):
+        assert co is x and po is y and ck == pk and cw == pw == "test_native.py" and ctd and ptd and cd == pd
+        assert cs == ct.span and ps == pt.span
+    assert c_tables[0] and py_tables[0] and c_tables[1] == sorted(c_tables[1])
+    assert [h - lo for lo, h in zip(*c_tables[1:])] == [h - lo for lo, h in zip(*py_tables[1:])]
+    # not queued in C: the Python definition (which stores some now)
+    calls = []
+    real = engine.defer
+    monkeypatch.setattr(engine, "defer", lambda *a: calls.append(1) or real(*a))
+    x = ft.asarray(np.ones((5, 4), np.float32))
+    with ft.options(defer_stores=True):
+        x[...] = x.astype(np.float64) * 2.0  # another dtype (cast by Python's prepare)
+        assert len(calls) == 1
+        x[...] = x[0] * 3.0  # another shape (broadcast)
+    np.testing.assert_array_equal(x.numpy(), np.full((5, 4), 6.0, np.float32))
+    x[...] = x * 2.0  # stores not deferred: written now
+    np.testing.assert_array_equal(x.numpy(), np.full((5, 4), 12.0, np.float32))
+
+
+@native
 def test_gemm_sum_computed_in_c_for_a_slice(rng, monkeypatch):
     """The first gate slice of ``x@W + h@U + b`` runs the pending GEMM sum in C (the backend's gemm,
     the second product accumulated into the first's output, the counters, the memo) as

@@ -399,3 +399,19 @@ def _flush_staged(stores: list[Store], readers: list) -> None:
 
 
 HOOK.flush = flush
+
+
+def _setup_native() -> None:
+    """Hand the queue's tables to the C module: ``x[...] = value`` of a pending value of x's shape
+    and dtype (Array.__setitem__'s fast path) is queued there as :func:`defer` queues it, and the
+    operand watch tests overlaps there, calling :func:`_watch` only to flush."""
+    native = _node_mod.NATIVE
+    if native is None or not hasattr(native, "setup_stores"):
+        return
+    native.setup_stores({
+        "OWNERS": _OWNERS, "LOS": _LOS, "HIS": _HIS, "Store": Store, "watch": _watch, "flush": flush,
+        "PACKAGE": _PACKAGE, "globals": globals(),
+    })  # fmt: skip
+
+
+_setup_native()

@@ -907,7 +907,8 @@ if _NATIVE is not None:
 
 def _operator(name: str, kind: int, method: Callable[..., Any], qualname: str) -> Callable[..., Any]:
     """``method`` behind the C fast path when the accelerator is built (kind 0 binary, 1 reflected,
-    2 one operand, 3 matmul, 4 basic index), else ``method`` itself."""
+    2 one operand, 3 matmul, 4 basic index, 5 ``x[...] = value`` queued as a deferred store), else
+    ``method`` itself."""
     return method if _NATIVE is None else _NATIVE.operator(name, kind, method, qualname)
 
 
@@ -922,6 +923,7 @@ for _m, _name in UNARY_OPERATORS.items():
     setattr(Array, _m, _operator(_name, 2, _unary(_name), _m))
 Array.__matmul__ = _operator("matmul", 3, Array.__matmul__, "__matmul__")  # type: ignore[method-assign]
 Array.__getitem__ = _operator("getitem", 4, Array.__getitem__, "__getitem__")  # type: ignore[method-assign]
+Array.__setitem__ = _operator("setitem", 5, Array.__setitem__, "__setitem__")  # type: ignore[method-assign]
 Array.__pos__ = lambda self: self  # type: ignore[attr-defined,operator]
 _power = Array.__pow__
 
