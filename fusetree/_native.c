@@ -2811,6 +2811,118 @@ py_call_c(PyObject *self, PyObject *const *a, Py_ssize_t nargs)
     return PyLong_FromLong(r);
 }
 
+static PyObject *ST_SCALAR_ID; /* engine.horizontal.scalar_id */
+
+/* engine.stores._signature(stores): the flush plan key of the queued stores (per store: the
+ * target's node uid, the tree's key, each buffer leaf's uid and each scalar leaf's value, a float
+ * zero by scalar_id), None when a leaf is neither (a pending GEMM) */
+static PyObject *
+py_store_signature(PyObject *self, PyObject *stores)
+{
+    if (ST_SCALAR_ID == NULL || !PyList_Check(stores)) {
+        PyErr_SetString(PyExc_TypeError, "store_signature(list of Store) after setup_stores");
+        return NULL;
+    }
+    PyObject *sig = PyList_New(0);
+    if (sig == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(stores); i++) {
+        PyObject *st = PyList_GET_ITEM(stores, i);
+        if (Py_TYPE(st) != (PyTypeObject *)ST_STORE) {
+            PyErr_SetString(PyExc_TypeError, "store_signature: a list of Store");
+            goto fail;
+        }
+        PyObject *n = SLOT(st, T_node), *tn = SLOT(st, T_tnode);
+        if (n == NULL || tn == NULL || !node_ok(n) || !node_ok(tn)) {
+            PyErr_SetString(PyExc_TypeError, "store_signature: a Store without its nodes");
+            goto fail;
+        }
+        if (PyList_Append(sig, SLOT(tn, N_uid)) < 0 || PyList_Append(sig, SLOT(n, N_key)) < 0)
+            goto fail;
+        PyObject *leaves = SLOT(n, N_leaves);
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(leaves); j++) {
+            PyObject *x = PyTuple_GET_ITEM(leaves, j), *op = SLOT(x, N_op);
+            if (is_str(op, S_buffer)) {
+                if (PyList_Append(sig, SLOT(x, N_uid)) < 0)
+                    goto fail;
+            } else if (is_str(op, S_scalar)) {
+                PyObject *v = SLOT(x, S_value);
+                int t = PyObject_IsTrue(v);
+                if (t < 0)
+                    goto fail;
+                PyObject *e = t || !PyFloat_CheckExact(v) ? Py_NewRef(v) : PyObject_CallOneArg(ST_SCALAR_ID, v);
+                if (e == NULL || PyList_Append(sig, e) < 0) {
+                    Py_XDECREF(e);
+                    goto fail;
+                }
+                Py_DECREF(e);
+            } else {
+                Py_DECREF(sig);
+                Py_RETURN_NONE;
+            }
+        }
+    }
+    PyObject *r = PyList_AsTuple(sig);
+    Py_DECREF(sig);
+    return r;
+fail:
+    Py_DECREF(sig);
+    return NULL;
+}
+
+/* engine.stores._restore(stores): each stored-to array whose node is still its store's value
+ * becomes its memory again (realization.set_buffer; the Python definition while a gradient tape
+ * records) */
+static PyObject *
+py_restore_stores(PyObject *self, PyObject *stores)
+{
+    if (ST_STORE == NULL || SET_BUFFER == NULL || !PyList_Check(stores)) {
+        PyErr_SetString(PyExc_TypeError, "restore_stores(list of Store) after setup_stores and setup_engine");
+        return NULL;
+    }
+    PyObject *tape = PyObject_GetAttr(HOOK, S_tape);
+    if (tape == NULL)
+        return NULL;
+    Py_DECREF(tape);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(stores); i++) {
+        PyObject *st = PyList_GET_ITEM(stores, i);
+        if (Py_TYPE(st) != (PyTypeObject *)ST_STORE) {
+            PyErr_SetString(PyExc_TypeError, "restore_stores: a list of Store");
+            return NULL;
+        }
+        PyObject *owner = SLOT(st, T_owner), *node = SLOT(st, T_node);
+        if (owner == NULL || node == NULL)
+            continue;
+        int exact = Py_TYPE(owner) == ArrayT;
+        if (exact && SLOT(owner, A_node) != node)
+            continue;
+        if (!exact) { /* (a subclass: its _node attribute, the Python set_buffer) */
+            PyObject *cur = PyObject_GetAttrString(owner, "_node");
+            if (cur == NULL)
+                return NULL;
+            Py_DECREF(cur);
+            if (cur != node)
+                continue;
+        }
+        PyObject *data = SLOT(st, T_target), *dev = SLOT(st, T_device), *tn = SLOT(st, T_tnode);
+        if (data == NULL || dev == NULL || tn == NULL)
+            continue;
+        Py_INCREF(st);
+        int r;
+        if (tape == Py_None && exact) {
+            r = set_buffer_c(owner, data, dev, tn);
+        } else {
+            PyObject *v = PyObject_Vectorcall(SET_BUFFER, (PyObject *[]){owner, data, dev, tn}, 4, NULL);
+            r = v == NULL ? -1 : 0;
+            Py_XDECREF(v);
+        }
+        Py_DECREF(st);
+        if (r < 0)
+            return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
 /* setup_stores(dict): engine.stores' tables and Python definitions (the C queueing of
  * ``x[...] = value`` and of the queue's operand watch) */
 static PyObject *
@@ -2823,11 +2935,12 @@ setup_stores(PyObject *self, PyObject *d)
     PyObject *owners = get_obj(d, "OWNERS"), *los = owners ? get_obj(d, "LOS") : NULL,
              *his = los ? get_obj(d, "HIS") : NULL, *store = his ? get_obj(d, "Store") : NULL,
              *watch = store ? get_obj(d, "watch") : NULL, *flush = watch ? get_obj(d, "flush") : NULL,
-             *pkg = flush ? get_obj(d, "PACKAGE") : NULL, *g = pkg ? get_obj(d, "globals") : NULL;
-    if (g == NULL || !PyDict_Check(owners) || !PyList_Check(los) || !PyList_Check(his) || !PyUnicode_Check(pkg) ||
+             *pkg = flush ? get_obj(d, "PACKAGE") : NULL, *g = pkg ? get_obj(d, "globals") : NULL,
+             *sid = g ? get_obj(d, "scalar_id") : NULL;
+    if (sid == NULL || !PyDict_Check(owners) || !PyList_Check(los) || !PyList_Check(his) || !PyUnicode_Check(pkg) ||
         !PyDict_Check(g)) {
         Py_XDECREF(owners); Py_XDECREF(los); Py_XDECREF(his); Py_XDECREF(store); Py_XDECREF(watch);
-        Py_XDECREF(flush); Py_XDECREF(pkg); Py_XDECREF(g);
+        Py_XDECREF(flush); Py_XDECREF(pkg); Py_XDECREF(g); Py_XDECREF(sid);
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "setup_stores: OWNERS a dict, LOS/HIS lists, PACKAGE a str, globals a dict");
         return NULL;
@@ -2838,12 +2951,13 @@ setup_stores(PyObject *self, PyObject *d)
         (T_target = slot_offset(stt, "target")) < 0 || (T_tnode = slot_offset(stt, "tnode")) < 0 ||
         (T_where = slot_offset(stt, "where")) < 0) {
         Py_DECREF(owners); Py_DECREF(los); Py_DECREF(his); Py_DECREF(store); Py_DECREF(watch);
-        Py_DECREF(flush); Py_DECREF(pkg); Py_DECREF(g);
+        Py_DECREF(flush); Py_DECREF(pkg); Py_DECREF(g); Py_DECREF(sid);
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "setup_stores: Store is a class with __slots__");
         return NULL;
     }
     Py_XSETREF(ST_GLOBALS, g);
+    Py_XSETREF(ST_SCALAR_ID, sid);
     Py_XSETREF(ST_OWNERS, owners);
     Py_XSETREF(ST_LOS, los);
     Py_XSETREF(ST_HIS, his);
@@ -2915,6 +3029,8 @@ static PyMethodDef methods[] = {
     {"wrap", py_wrap, METH_O, "frontend.array.wrap in C."},
     {"drop", py_drop, METH_O, "engine.state.drop in C (PENDING.pop(id(ref), None))."},
     {"setup_stores", setup_stores, METH_O, "Hand engine.stores' queue tables and Python definitions to the module."},
+    {"store_signature", py_store_signature, METH_O, "engine.stores._signature in C."},
+    {"restore_stores", py_restore_stores, METH_O, "engine.stores._restore in C."},
     {"setup_engine", setup_engine, METH_O, "Hand the engine's tables and Python definitions to the module."},
     {"realize_hit", py_realize_hit, METH_O,
      "realize_hit(arrays): engine.realization.realize for a cached one-kernel plan; False: not taken."},

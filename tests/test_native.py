@@ -713,6 +713,52 @@ def test_deferred_store_queued_in_c_as_python_queues_it(rng, monkeypatch):
 
 
 @native
+def test_flush_signature_and_restore_in_c_match_python(rng):
+    """A flush's plan key (engine.stores._signature) and the stored-to arrays' return to memory
+    (_restore) in C equal the Python definitions: leaf uids, keys, scalar values with a float
+    zero's sign, None for a tree reading a pending GEMM; arrays rebound by a later store stay."""
+    from fusetree.engine import stores
+
+    assert stores._signature is nm.NATIVE.store_signature and stores._restore is nm.NATIVE.restore_stores
+    xs = [ft.asarray(rng.standard_normal((3, 4)).astype(np.float32)) for _ in range(3)]
+    g = ft.asarray(rng.standard_normal((3, 4)).astype(np.float32))
+    w = ft.asarray(rng.standard_normal((4, 4)).astype(np.float32))
+    with ft.options(defer_stores=True):
+        xs[0][...] = xs[0] * 0.5 + g
+        xs[1][...] = xs[1] * -0.0 + 2
+        xs[2][...] = xs[2] * 0.0 - g
+        queued = list(stores.STORES)
+        sig = stores._signature(queued)
+        assert sig == stores._signature_py(queued) and sig is not None
+        assert (float, -0.0, -1.0) in sig and (float, 0.0, 1.0) in sig  # (the zeros told apart)
+        snapshot = [x._node for x in xs]
+        ft.synchronize()
+    # a tree over a pending GEMM: no key
+    ys = [ft.asarray(rng.standard_normal((3, 4)).astype(np.float32)) for _ in range(2)]
+    with ft.options(defer_stores=True):
+        ys[0][...] = ys[0] + (g @ w)
+        q = list(stores.STORES)
+        assert stores._signature(q) is None and stores._signature_py(q) is None
+        ft.synchronize()
+    # _restore: each array its memory again (both definitions on copies of a queue's state)
+    for restore in (stores._restore, stores._restore_py):
+        zs = [ft.asarray(rng.standard_normal((3, 4)).astype(np.float32)) for _ in range(2)]
+        with ft.options(defer_stores=True):
+            zs[0][...] = zs[0] + 1.0
+            zs[1][...] = zs[1] * 2.0
+            q = list(stores.STORES)
+            pending = [z._node for z in zs]
+            zs[1]._node = pending[0]  # (as if rebound by another statement: left alone)
+            stores.STORES.clear(), stores._OWNERS.clear(), stores._LOS.clear(), stores._HIS.clear()
+            nm.WATCH = None
+        restore(q)
+        assert zs[0]._node is q[0].tnode and zs[0]._node.op == "buffer"
+        assert zs[1]._node is pending[0] and zs[0]._node is not pending[0]
+        zs[1]._node = q[1].tnode
+    assert all(n.op != "buffer" for n in snapshot)
+
+
+@native
 def test_gemm_sum_computed_in_c_for_a_slice(rng, monkeypatch):
     """The first gate slice of ``x@W + h@U + b`` runs the pending GEMM sum in C (the backend's gemm,
     the second product accumulated into the first's output, the counters, the memo) as

@@ -401,17 +401,23 @@ def _flush_staged(stores: list[Store], readers: list) -> None:
 HOOK.flush = flush
 
 
+_signature_py, _restore_py = _signature, _restore  # (the Python definitions: tests compare them)
+
+
 def _setup_native() -> None:
     """Hand the queue's tables to the C module: ``x[...] = value`` of a pending value of x's shape
-    and dtype (Array.__setitem__'s fast path) is queued there as :func:`defer` queues it, and the
-    operand watch tests overlaps there, calling :func:`_watch` only to flush."""
+    and dtype (Array.__setitem__'s fast path) is queued there as :func:`defer` queues it, the
+    operand watch tests overlaps there, calling :func:`_watch` only to flush, and a flush's plan
+    key and the arrays' return to memory (:func:`_signature`, :func:`_restore`) run there."""
     native = _node_mod.NATIVE
     if native is None or not hasattr(native, "setup_stores"):
         return
     native.setup_stores({
         "OWNERS": _OWNERS, "LOS": _LOS, "HIS": _HIS, "Store": Store, "watch": _watch, "flush": flush,
-        "PACKAGE": _PACKAGE, "globals": globals(),
+        "PACKAGE": _PACKAGE, "globals": globals(), "scalar_id": horizontal.scalar_id,
     })  # fmt: skip
+    global _signature, _restore
+    _signature, _restore = native.store_signature, native.restore_stores
 
 
 _setup_native()
