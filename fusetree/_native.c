@@ -1311,6 +1311,25 @@ out:
 static PyObject *S_acquire, *S_release; /* (set with the engine's names below) */
 static int count(PyObject *name);
 
+/* LOCK.release(), keeping an exception being raised: 0, or -1 with an exception set (the one
+ * being raised, else the release's own) */
+static int
+release_engine_lock(void)
+{
+    PyObject *et, *ev, *tb;
+    PyErr_Fetch(&et, &ev, &tb);
+    PyObject *ul = PyObject_CallMethodNoArgs(LOCK, S_release);
+    if (et != NULL) {
+        Py_XDECREF(ul);
+        PyErr_Restore(et, ev, tb);
+        return -1;
+    }
+    if (ul == NULL)
+        return -1;
+    Py_DECREF(ul);
+    return 0;
+}
+
 /* Whether ``x[...] = value`` is queued (ft.options(defer_stores=True), fusion on) */
 static int
 deferring_c(void)
@@ -1479,17 +1498,7 @@ error:
     done = -1;
 out:
     Py_XDECREF(key); Py_XDECREF(rec); Py_XDECREF(span); Py_XDECREF(where); Py_XDECREF(tnode);
-    {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *ul = PyObject_CallMethodNoArgs(LOCK, S_release);
-        if (ul == NULL && et == NULL)
-            return -1;
-        Py_XDECREF(ul);
-        if (et != NULL)
-            PyErr_Restore(et, ev, tb);
-    }
-    return done;
+    return release_engine_lock() < 0 ? -1 : done;
 }
 
 /* Array.__setitem__'s fast path: ``x[...] = value`` of a pending Array of x's shape and dtype
@@ -1894,20 +1903,8 @@ compute_gemm_c(PyObject *n)
 done:
     for (Py_ssize_t i = 0; i < na; i++)
         Py_XDECREF(ops[i]);
-    {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *ul = PyObject_CallMethodNoArgs(LOCK, S_release);
-        if (ul == NULL && et == NULL) {
-            Py_CLEAR(out);
-        } else {
-            Py_XDECREF(ul);
-            if (et != NULL) {
-                PyErr_Restore(et, ev, tb);
-                Py_CLEAR(out);
-            }
-        }
-    }
+    if (release_engine_lock() < 0)
+        Py_CLEAR(out);
     Py_DECREF(n);
     Py_DECREF(be);
     return out;
@@ -2632,16 +2629,8 @@ py_realize_hit(PyObject *self, PyObject *seq)
     if (lk != NULL) {
         Py_DECREF(lk);
         int done = launch_hit(roots, nroots, arrays, n, owner, device, shape);
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        PyObject *ul = PyObject_CallMethodNoArgs(LOCK, S_release);
-        if (et != NULL) {
-            Py_XDECREF(ul);
-            PyErr_Restore(et, ev, tb);
-        } else if (ul != NULL) {
-            Py_DECREF(ul);
-            res = done < 0 ? NULL : Py_NewRef(done ? Py_True : Py_False);
-        }
+        if (release_engine_lock() == 0 && done >= 0)
+            res = Py_NewRef(done ? Py_True : Py_False);
     }
     for (Py_ssize_t i = 0; i < nroots; i++)
         Py_DECREF(roots[i]);

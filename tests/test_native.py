@@ -267,6 +267,21 @@ def test_make_contiguous_builds_the_python_definitions_leaf(rng):
             assert _leaf_fields(a) == _leaf_fields(b) and a.data is d and a.uid != b.uid
 
 
+def _lock_released() -> bool:
+    """Whether another thread can take the engine lock (an error left it released)."""
+    import threading
+
+    from fusetree.engine import state
+
+    got = []
+    th = threading.Thread(
+        target=lambda: got.append(state.LOCK.acquire(timeout=2) and state.LOCK.release() is None)
+    )
+    th.start()
+    th.join()
+    return got == [True]
+
+
 class _PointerBackend:
     """A backend binding views by pointer arithmetic (offset_form 2, as the CUDA backend)."""
 
@@ -490,11 +505,9 @@ def test_realize_hit_declines_what_the_python_engine_must_do(rng, monkeypatch):
 def test_realize_hit_raises_a_launch_error_with_nothing_changed(rng, monkeypatch, where):
     """A refused launch (the backend's launch, the kernel's entry point on the C route) or a failed
     allocation: the error reaches the caller, the value stays pending, the engine lock is free."""
-    import threading
 
     from fusetree import backends
     from fusetree.backends import cpu
-    from fusetree.engine import state
 
     a, b = _operands(rng)
     (a * b + 2.0).numpy()
@@ -514,13 +527,7 @@ def test_realize_hit_raises_a_launch_error_with_nothing_changed(rng, monkeypatch
     with pytest.raises(RuntimeError, match="launch refused"):
         nm.NATIVE.realize_hit((y,))
     assert y._node.op == "add" and y._pref is not None
-    got = []
-    th = threading.Thread(
-        target=lambda: got.append(state.LOCK.acquire(timeout=2) and state.LOCK.release() is None)
-    )
-    th.start()
-    th.join()
-    assert got == [True]  # the engine lock was released
+    assert _lock_released()
     monkeypatch.undo()
     np.testing.assert_allclose(y.numpy(), a.numpy() * b.numpy() + 2, rtol=1e-6)
 
@@ -802,9 +809,8 @@ def test_gemm_sum_computed_in_c_for_a_slice(rng, monkeypatch):
     """The first gate slice of ``x@W + h@U + b`` runs the pending GEMM sum in C (the backend's gemm,
     the second product accumulated into the first's output, the counters, the memo) as
     realization.compute_gemm does; a backend error propagates with the engine lock released."""
-    import threading
 
-    from fusetree.engine import executor, state
+    from fusetree.engine import executor
 
     x, h = (ft.asarray(rng.standard_normal((4, 6)).astype(np.float32)) for _ in range(2))
     w, u = (ft.asarray(rng.standard_normal((6, 8)).astype(np.float32)) for _ in range(2))
@@ -832,13 +838,7 @@ def test_gemm_sum_computed_in_c_for_a_slice(rng, monkeypatch):
     monkeypatch.setattr(be, "gemm", broken)
     with pytest.raises(RuntimeError, match="gemm failed"):
         (x @ w + h @ u + b)[:, 2:5]
-    got = []
-    th = threading.Thread(
-        target=lambda: got.append(state.LOCK.acquire(timeout=2) and state.LOCK.release() is None)
-    )
-    th.start()
-    th.join()
-    assert got == [True]  # the engine lock was released
+    assert _lock_released()
 
 
 @native
