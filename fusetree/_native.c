@@ -2163,8 +2163,14 @@ cuda_launch(PyObject *be, PyObject *launcher, PyObject *args, PyObject *outs, Py
     PyObject *pd = NULL, *fl = NULL, *calls = NULL, *call = NULL, *fmt = NULL, *buf = NULL, *params = NULL,
              *stream = NULL, *pn = NULL;
     Py_ssize_t base = PyList_GET_SIZE(args);
-    if (!have_launcher() || !(pd = PyObject_GetAttr(be, S_pack_direct)))
+    if (!have_launcher())
         goto out;
+    if (!(pd = PyObject_GetAttr(be, S_pack_direct))) { /* (a backend without it: not this case) */
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+            goto error;
+        PyErr_Clear();
+        goto out;
+    }
     if (pd != Py_True || !PyTuple_Check(layouts))
         goto out;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(layouts); i++)

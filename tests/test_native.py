@@ -577,6 +577,30 @@ def test_pack_launch_packs_the_abi_and_calls_the_launch_function():
 
 
 @native
+def test_cpu_hits_never_take_the_cuda_launch_while_a_driver_launcher_is_set(rng):
+    """With a CUDA backend's launcher set in the process (a GPU machine), a CPU plan hit that
+    realize_hit hands to be.launch (float16 outputs) stays the CPU backend's: pack_direct is the
+    CUDA backend's only."""
+    import ctypes
+
+    calls = []
+    proto = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                             ctypes.c_void_p, ctypes.c_void_p)  # fmt: skip
+    cb = proto(lambda *a: calls.append(a) or 0)
+    a = ft.asarray(rng.standard_normal((4, 6)).astype(np.float16))
+    (a * a + a).numpy()  # the plan
+    prev = nm.NATIVE.set_launcher(ctypes.cast(cb, ctypes.c_void_p).value)
+    try:
+        y = a * a + a
+        assert nm.NATIVE.realize_hit((y,)) is True
+    finally:
+        nm.NATIVE.set_launcher(prev)
+    assert calls == []
+    want = (a.numpy().astype(np.float32) ** 2 + a.numpy()).astype(np.float16)
+    np.testing.assert_allclose(y.numpy().astype(np.float32), want.astype(np.float32), rtol=2e-3, atol=2e-3)
+
+
+@native
 def test_call_c_passes_sixteen_integer_arguments_in_order():
     """call_c (cuBLASLt's 16-argument cublasLtMatmul without ctypes' conversions): each argument
     reaches the C function as the 64-bit integer it was (None as 0, NumPy integers, negative values

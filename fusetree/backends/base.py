@@ -227,6 +227,9 @@ class Backend:
     flat_launch = False
     fast_empty: Any = None
     flat_view_dtypes: frozenset = frozenset()
+    # ... and runs a CUDA launch's common case itself when ``pack_direct`` is True (the CUDA
+    # backend with the C module's pack_launch: see CUDABackend.launch)
+    pack_direct = False
 
     # Which of two forms :meth:`bind_offset` has, for the C accelerator's copy of it (fusetree._native;
     # tests check the two agree): 0 neither (it calls bind_offset); 1 ``(array, element offset,
