@@ -1055,6 +1055,8 @@ fold_fast(PyObject *a, PyObject *b)
     PyObject *ctx = f ? PyDict_GetItemWithError(CONTEXTS, dev) : NULL; /* (no context yet: Python) */
     if (ctx == NULL)
         return NULL;
+    Py_INCREF(a); /* (held while Python code runs: another thread may realize their arrays) */
+    Py_INCREF(b);
     PyObject *res = NULL, *be = PyObject_GetAttr(ctx, S_be), *acc = NULL, *args = NULL;
     if (be == NULL || !(acc = PyObject_GetAttr(be, S_gemm_accumulate)) || PyObject_IsTrue(acc) != 1)
         goto out;
@@ -1082,6 +1084,8 @@ fold_fast(PyObject *a, PyObject *b)
     res = wrap_c(make_gemm_sum_c(args, sa, dt));
 out:
     Py_XDECREF(be); Py_XDECREF(acc); Py_XDECREF(args);
+    Py_DECREF(a);
+    Py_DECREF(b);
     return res;
 }
 
@@ -1371,6 +1375,7 @@ defer_c(PyObject *arr, PyObject *value)
         return -1;
     Py_DECREF(lk);
     int done = 0;
+    Py_INCREF(vnode); /* (held while Python code runs: a view's data, the flush) */
     PyObject *key = NULL, *rec = NULL, *span = NULL, *where = NULL, *tnode = NULL;
     if (!(key = PyLong_FromVoidPtr(arr)))
         goto error;
@@ -1498,6 +1503,7 @@ error:
     done = -1;
 out:
     Py_XDECREF(key); Py_XDECREF(rec); Py_XDECREF(span); Py_XDECREF(where); Py_XDECREF(tnode);
+    Py_DECREF(vnode);
     return release_engine_lock() < 0 ? -1 : done;
 }
 
