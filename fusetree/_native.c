@@ -860,19 +860,19 @@ fast_mode(void)
 
 /* engine.stores' queue (setup_stores): its tables and Python definitions */
 static PyObject *ST_OWNERS, *ST_LOS, *ST_HIS, *ST_STORE, *ST_WATCH, *ST_FLUSH, *ST_PACKAGE;
-static PyObject *ST_GLOBALS;
-static Py_ssize_t T_device, T_node, T_owner, T_span, T_target, T_tnode, T_where; /* Store's slots */ /* engine.stores' namespace (MAX_QUEUED read from it per store) */
+static PyObject *ST_GLOBALS; /* engine.stores' namespace (MAX_QUEUED read from it per store) */
+static Py_ssize_t T_device, T_node, T_owner, T_span, T_target, T_tnode, T_where; /* Store's slots */
+static PyObject *S_MAX_QUEUED;
 static PyObject *S_span, *S_defer_stores, *S_stores, *S_owner, *S_node_attr, *S_where, *S_tnode;
 
-/* engine.stores._overlapping: whether [lo, hi) overlaps a queued target's span (the spans sorted
- * by start, disjoint); -1 on error */
-static int
-overlapping_c(PyObject *lo, PyObject *hi)
+/* bisect.bisect_left(sorted list, x); -1 on error */
+static Py_ssize_t
+bisect_left_c(PyObject *list, PyObject *x)
 {
-    Py_ssize_t a = 0, b = PyList_GET_SIZE(ST_LOS);
-    while (a < b) { /* bisect_left(_LOS, hi) */
+    Py_ssize_t a = 0, b = PyList_GET_SIZE(list);
+    while (a < b) {
         Py_ssize_t mid = (a + b) / 2;
-        int lt = PyObject_RichCompareBool(PyList_GET_ITEM(ST_LOS, mid), hi, Py_LT);
+        int lt = PyObject_RichCompareBool(PyList_GET_ITEM(list, mid), x, Py_LT);
         if (lt < 0)
             return -1;
         if (lt)
@@ -880,6 +880,17 @@ overlapping_c(PyObject *lo, PyObject *hi)
         else
             b = mid;
     }
+    return a;
+}
+
+/* engine.stores._overlapping: whether [lo, hi) overlaps a queued target's span (the spans sorted
+ * by start, disjoint); -1 on error */
+static int
+overlapping_c(PyObject *lo, PyObject *hi)
+{
+    Py_ssize_t a = bisect_left_c(ST_LOS, hi);
+    if (a < 0)
+        return -1;
     if (a == 0 || a > PyList_GET_SIZE(ST_HIS))
         return 0;
     return PyObject_RichCompareBool(PyList_GET_ITEM(ST_HIS, a - 1), lo, Py_GT);
@@ -1463,20 +1474,8 @@ defer_c(PyObject *arr, PyObject *value)
         set_slot(st, T_span, Py_NewRef(span));
         set_slot(st, T_where, Py_NewRef(where));
         PyObject *lo = PyTuple_GET_ITEM(span, 0), *hi = PyTuple_GET_ITEM(span, 1);
-        Py_ssize_t a = 0, b = PyList_GET_SIZE(ST_LOS);
-        while (a < b) { /* bisect_left(_LOS, lo) */
-            Py_ssize_t mid = (a + b) / 2;
-            int lt = PyObject_RichCompareBool(PyList_GET_ITEM(ST_LOS, mid), lo, Py_LT);
-            if (lt < 0) {
-                Py_DECREF(st);
-                goto error;
-            }
-            if (lt)
-                a = mid + 1;
-            else
-                b = mid;
-        }
-        int bad = PyList_Append(STORES, st) < 0 || PyDict_SetItem(ST_OWNERS, key, st) < 0 ||
+        Py_ssize_t a = bisect_left_c(ST_LOS, lo);
+        int bad = a < 0 || PyList_Append(STORES, st) < 0 || PyDict_SetItem(ST_OWNERS, key, st) < 0 ||
                   PyList_Insert(ST_LOS, a, lo) < 0 || PyList_Insert(ST_HIS, a, hi) < 0 ||
                   PyDict_SetItem(NODE_GLOBALS, S_WATCH, ST_WATCH) < 0;
         Py_DECREF(st);
@@ -1488,8 +1487,8 @@ defer_c(PyObject *arr, PyObject *value)
     if (count(S_stores) < 0)
         goto error;
     done = 1;
-    PyObject *mx = PyDict_GetItemString(ST_GLOBALS, "MAX_QUEUED");
-    Py_ssize_t most = mx ? PyLong_AsSsize_t(mx) : 4096;
+    PyObject *mx = PyDict_GetItemWithError(ST_GLOBALS, S_MAX_QUEUED);
+    Py_ssize_t most = mx ? PyLong_AsSsize_t(mx) : PyErr_Occurred() ? -1 : 4096;
     if (most == -1 && PyErr_Occurred())
         goto error;
     if (PyList_GET_SIZE(STORES) >= most) {
@@ -1826,15 +1825,15 @@ setup_engine(PyObject *self, PyObject *d)
     return r;
 }
 
-/* STATS[name] += 1 */
+/* STATS[name] += k */
 static int
-count(PyObject *name)
+count_by(PyObject *name, long long k)
 {
     PyObject *v = PyDict_GetItemWithError(STATS, name);
     if (v == NULL)
         return PyErr_Occurred() ? -1 : 0;
     long long c = PyLong_AsLongLong(v);
-    PyObject *w = c == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(c + 1);
+    PyObject *w = c == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(c + k);
     if (w == NULL)
         return -1;
     int r = PyDict_SetItem(STATS, name, w);
@@ -1842,14 +1841,11 @@ count(PyObject *name)
     return r;
 }
 
-/* STATS[name] += k */
+/* STATS[name] += 1 */
 static int
-count_by(PyObject *name, long long k)
+count(PyObject *name)
 {
-    for (long long i = 0; i < k; i++)
-        if (count(name) < 0)
-            return -1;
-    return 0;
+    return count_by(name, 1);
 }
 
 /* realization.compute_gemm (run a pending GEMM sum once, memoized on its node) in C: under the
@@ -2152,8 +2148,41 @@ bind_c(PyObject *be, long form, PyObject *x, PyObject *strided)
     return PyObject_Vectorcall(BIND_LEAF, (PyObject *[]){be, x, strided}, 3, NULL);
 }
 
-/* The launch of a cached single-kernel plan (locked by the caller): returns 1 when done, 0 when
- * the plan is not such a plan (nothing was changed), -1 on error. */
+/* Every output layout is "C" (what be.launch passes as one flat pointer per output) */
+static int
+all_c(PyObject *layouts)
+{
+    if (!PyTuple_Check(layouts))
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(layouts); i++) {
+        PyObject *l = PyTuple_GET_ITEM(layouts, i);
+        if (l != S_C && (!PyUnicode_Check(l) || PyUnicode_CompareWithASCIIString(l, "C")))
+            return 0;
+    }
+    return 1;
+}
+
+/* what the backends' launch appends after the outputs of a launch over ``shape`` (``n``
+ * elements): n for a flat kernel, else the shape's extents ((1,) for a 0-d shape); then, for
+ * CUDA, n again (``twice``). -1 on error. */
+static int
+append_sizes(PyObject *args, int flat, PyObject *shape, PyObject *pn, int twice)
+{
+    if (flat) {
+        if (PyList_Append(args, pn) < 0)
+            return -1;
+    } else if (PyTuple_GET_SIZE(shape) == 0) {
+        PyObject *one = PyLong_FromLong(1);
+        int bad = one == NULL || PyList_Append(args, one) < 0;
+        Py_XDECREF(one);
+        if (bad)
+            return -1;
+    } else if (PyList_SetSlice(args, PyList_GET_SIZE(args), PyList_GET_SIZE(args), shape) < 0) {
+        return -1;
+    }
+    return twice && PyList_Append(args, pn) < 0 ? -1 : 0;
+}
+
 /* CUDABackend.launch's common case in C (the backend sets ``pack_direct`` when this module packs
  * its launches): C-contiguous outputs of a kernel whose launch for this size (flat kernels) or
  * ``shape`` (row and tile kernels) is memoized in ``launcher.calls``; ``args`` gets what
@@ -2177,11 +2206,8 @@ cuda_launch(PyObject *be, PyObject *launcher, PyObject *args, PyObject *outs, Py
         PyErr_Clear();
         goto out;
     }
-    if (pd != Py_True || !PyTuple_Check(layouts))
+    if (pd != Py_True || !all_c(layouts))
         goto out;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(layouts); i++)
-        if (PyTuple_GET_ITEM(layouts, i) != S_C && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(layouts, i), "C"))
-            goto out;
     if (!(fl = PyObject_GetAttr(launcher, S_flat)) || (flat = PyObject_IsTrue(fl)) < 0)
         goto error;
     if (!(calls = PyObject_GetAttr(launcher, S_calls)))
@@ -2208,19 +2234,7 @@ cuda_launch(PyObject *be, PyObject *launcher, PyObject *args, PyObject *outs, Py
         }
         Py_DECREF(p);
     }
-    if (flat) {
-        if (PyList_Append(args, pn) < 0)
-            goto error;
-    } else if (PyTuple_GET_SIZE(shape) == 0) {
-        PyObject *one = PyLong_FromLong(1);
-        int bad = one == NULL || PyList_Append(args, one) < 0;
-        Py_XDECREF(one);
-        if (bad)
-            goto error;
-    } else if (PyList_SetSlice(args, PyList_GET_SIZE(args), PyList_GET_SIZE(args), shape) < 0) {
-        goto error;
-    }
-    if (PyList_Append(args, pn) < 0)
+    if (append_sizes(args, flat, shape, pn, 1) < 0)
         goto error;
     if (PyList_GET_SIZE(args) != PyBytes_GET_SIZE(fmt)) { /* (not this kernel's layout: be.launch) */
         if (PyList_SetSlice(args, base, PyList_GET_SIZE(args), NULL) < 0)
@@ -2271,6 +2285,8 @@ out:
     return done;
 }
 
+/* The launch of a cached single-kernel plan (locked by the caller): returns 1 when done, 0 when
+ * the plan is not such a plan (nothing was changed), -1 on error. */
 static int
 launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t narrays, Py_ssize_t *owner,
            PyObject *device, PyObject *shape)
@@ -2397,14 +2413,9 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
     int flat = 0, rows = 0;
     PyObject *fl = PyObject_GetAttr(be, S_flat_launch), *lf = fl ? PyObject_GetAttr(launcher, S_flat) : NULL;
     PyObject *views = lf ? PyObject_GetAttr(be, S_flat_view_dtypes) : NULL;
-    if (views != NULL && fl == Py_True && PyTuple_Check(layouts)) {
+    if (views != NULL && fl == Py_True && all_c(layouts)) {
         flat = 1;
         rows = lf != Py_True;
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(layouts) && flat; i++)
-            if (PyTuple_GET_ITEM(layouts, i) != S_C &&
-                (!PyUnicode_Check(PyTuple_GET_ITEM(layouts, i)) ||
-                 PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(layouts, i), "C")))
-                flat = 0;
         for (Py_ssize_t i = 0; i < nroots && flat; i++) {
             PyObject *o = PyList_GET_ITEM(outputs, i);
             int in = PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2 ? PySequence_Contains(views, PyTuple_GET_ITEM(o, 1)) : 1;
@@ -2512,17 +2523,7 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
             Py_XDECREF(pn);
             goto fail;
         }
-        int bad;
-        if (!rows)
-            bad = PyList_Append(args, pn) < 0;
-        else if (ndim > 0)
-            bad = PyList_SetSlice(args, PyList_GET_SIZE(args), PyList_GET_SIZE(args), shape) < 0;
-        else {
-            PyObject *one = PyLong_FromLong(1);
-            bad = one == NULL || PyList_Append(args, one) < 0;
-            Py_XDECREF(one);
-        }
-        if (bad) {
+        if (append_sizes(args, !rows, shape, pn, 0) < 0) {
             Py_DECREF(pn);
             goto fail;
         }
@@ -2678,11 +2679,6 @@ py_set_launcher(PyObject *self, PyObject *addr)
     return PyLong_FromVoidPtr((void *)old);
 }
 
-/* pack_launch(fmt, buf, args, call, stream, params) -> the driver's status: ``args`` packed into
- * the 8-byte slots at address ``buf`` by ``fmt`` (bytes of 'Q' pointer, 'q' int64, 'd' float64;
- * codegen.abi: every CUDA parameter is 8 bytes; None: packed already), then
- * cuLaunchKernel(*call, stream, params, NULL) with ``call`` = (function, gx, gy, gz, bx, by, bz,
- * shared bytes). */
 /* pack ``n`` arguments into the 8-byte slots at ``buf`` by ``fmt`` (see pack_launch); -1 with an
  * exception set on a bad value */
 static int
@@ -3062,7 +3058,7 @@ static PyMethodDef methods[] = {
      "call_c(address, *args): the C function at address called with up to 16 integer arguments; its int result."},
     {"operator", py_operator, METH_VARARGS,
      "operator(name, kind, fallback, qualname): an Array operator (kind 0 binary, 1 reflected, "
-     "2 one operand, 3 matmul, 4 basic index) with the fast path in C."},
+     "2 one operand, 3 matmul, 4 basic index, 5 x[...] = value queued as a deferred store) with the fast path in C."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "fusetree._native",
@@ -3154,7 +3150,8 @@ PyInit__native(void)
         !(S_defer_stores = PyUnicode_InternFromString("defer_stores")) ||
         !(S_stores = PyUnicode_InternFromString("stores")) || !(S_owner = PyUnicode_InternFromString("owner")) ||
         !(S_node_attr = PyUnicode_InternFromString("node")) || !(S_where = PyUnicode_InternFromString("where")) ||
-        !(S_tnode = PyUnicode_InternFromString("tnode")) || !(S_base = PyUnicode_InternFromString("base")) ||
+        !(S_tnode = PyUnicode_InternFromString("tnode")) ||
+        !(S_MAX_QUEUED = PyUnicode_InternFromString("MAX_QUEUED")) || !(S_base = PyUnicode_InternFromString("base")) ||
         !(S_flags = PyUnicode_InternFromString("flags")) ||
         !(S_c_contiguous = PyUnicode_InternFromString("c_contiguous")) ||
         !(S_dtype_attr = PyUnicode_InternFromString("dtype")) || !(S_size = PyUnicode_InternFromString("size")))

@@ -227,8 +227,8 @@ class CUDABackend(Backend):
         if NATIVE is not None and hasattr(NATIVE, "pack_launch"):
             NATIVE.set_launcher(ctypes.cast(self.driver.lib.cuLaunchKernel, ctypes.c_void_p).value)
             self._pack = NATIVE.pack_launch
-        # the C module's realize_hit may run launch's common case itself (a flat kernel, its launch
-        # shape memoized in ``calls``, C-contiguous outputs): the same packing, pointer and status
+        # the C module's realize_hit may run launch's common case itself (a kernel whose launch shape
+        # is memoized in ``calls``, C-contiguous outputs): the same packing, pointer and status
         self.pack_direct = self._pack is not None
         self._lock = threading.Lock()
         self._handle: CuBLAS | None = None
