@@ -42,7 +42,11 @@ static Py_ssize_t N_args, N_attrs, N_device, N_dtype, N_flags, N_key, N_leaves, 
  * its operands (nodes), tuples, a dtype, ints and strings, never to an Array or anything that
  * refers back to it, so it is never part of a reference cycle and reference counting frees it. An
  * eager step makes thousands of them (an AdamW step over 148 tensors: ~2,000); tracked, they were
- * walked by every young-generation collection (~14% of that step). FUSETREE_GC_UNTRACK=0: tracked. */
+ * walked by every young-generation collection (~14% of that step). The same holds for the Arrays
+ * wrapping them (wrap_c) and their weak references: an Array holds its node, a weak reference
+ * to itself (the callback a module function), and later perhaps views' weak references and a
+ * (weak reference, index function) pair: nothing that refers back to it. FUSETREE_GC_UNTRACK=0:
+ * all tracked. */
 static int UNTRACK_NODES = 1;
 static PyObject *BUFFER_KEYS;   /* ir.node._BUFFER_KEYS: (dtype, ndim, layout) -> key */
 static PyObject *KEYS;          /* ir.node._KEYS: structural tuple -> int */
@@ -81,6 +85,29 @@ static Py_ssize_t V_view, V_source, V_fn, V_src_strides;
 static PyObject *CONTEXTS, *STATS, *TICK, *HOOK, *STORES, *LOCK, *BY_SHAPE, *BIND_LEAF, *MAKE_CONTIGUOUS,
     *SET_BUFFER, *SOURCE_BOUND, *RECENT_SOURCES;
 
+/* Python int -> C integer. PyLong_AsLong(Long) and its unsigned twin: CPython 3.11's
+ * PyLong_AsLongLong converts any int of two or more digits (>= 2**30: spans, Bloom masks, the
+ * "no op below" lo) through _PyLong_AsByteArray; PyLong_AsLong loops over the digits. */
+static inline long long
+as_ll(PyObject *v)
+{
+#if LONG_MAX == LLONG_MAX
+    return PyLong_AsLong(v);
+#else
+    return PyLong_AsLongLong(v);
+#endif
+}
+
+static inline unsigned long long
+as_ull(PyObject *v)
+{
+#if ULONG_MAX == ULLONG_MAX
+    return PyLong_AsUnsignedLong(v);
+#else
+    return PyLong_AsUnsignedLongLong(v);
+#endif
+}
+
 static Py_ssize_t
 slot_offset(PyTypeObject *t, const char *name)
 {
@@ -110,7 +137,7 @@ get_ll(PyObject *dict, const char *name, long long *out)
         PyErr_Format(PyExc_KeyError, "setup: missing %s", name);
         return -1;
     }
-    *out = PyLong_AsLongLong(v);
+    *out = as_ll(v);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
@@ -456,6 +483,57 @@ fail:
     return -1;
 }
 
+/* A direct-mapped memo in front of intern() for the common op node: one or two operands, no
+ * attributes, no shared leaf. Entries hold strong references (no address is reused while an
+ * entry names it); a hit costs no key tuple and no dict lookup. */
+#define KEY_MEMO 4096
+static struct key_memo {
+    PyObject *op, *dtype, *k0, *k1, *key;
+} KEY_MEMO_TABLE[KEY_MEMO];
+
+static inline size_t
+key_memo_slot(PyObject *op, PyObject *dtype, PyObject *k0, PyObject *k1)
+{
+    size_t h = (size_t)op * 0x9E3779B97F4A7C15ULL ^ (size_t)dtype * 0xC2B2AE3D27D4EB4FULL ^
+               (size_t)k0 * 0x165667B19E3779F9ULL ^ (size_t)k1 * 0x27D4EB2F165667C5ULL;
+    return (h >> 20) % KEY_MEMO;
+}
+
+/* the interned key of (op, dtype, (), (k0[, k1]), None); a new reference, NULL on error */
+static PyObject *
+memo_key(PyObject *op, PyObject *dtype, PyObject *k0, PyObject *k1)
+{
+    struct key_memo *e = &KEY_MEMO_TABLE[key_memo_slot(op, dtype, k0, k1)];
+    if (e->key != NULL && e->op == op && e->dtype == dtype && e->k0 == k0 && e->k1 == k1)
+        return Py_NewRef(e->key);
+    PyObject *ck = k1 ? PyTuple_Pack(2, k0, k1) : PyTuple_Pack(1, k0);
+    PyObject *kt = ck ? PyTuple_Pack(5, op, dtype, EMPTY, ck, Py_None) : NULL;
+    Py_XDECREF(ck);
+    if (kt == NULL)
+        return NULL;
+    PyObject *key = intern(kt);
+    Py_DECREF(kt);
+    if (key == NULL)
+        return NULL;
+    PyObject *old[5] = {e->op, e->dtype, e->k0, e->k1, e->key};
+    e->op = Py_NewRef(op);
+    e->dtype = Py_NewRef(dtype);
+    e->k0 = Py_NewRef(k0);
+    e->k1 = Py_XNewRef(k1);
+    e->key = Py_NewRef(key);
+    for (int i = 0; i < 5; i++)
+        Py_XDECREF(old[i]);
+    return key;
+}
+
+/* a node's ``lo`` as a C integer (the "no op below" value without converting its 3-digit int) */
+static inline long long
+lo_of(PyObject *n)
+{
+    PyObject *l = SLOT(n, N_lo);
+    return l == LO_NONE ? LO_NONE_VALUE : as_ll(l);
+}
+
 /* the op node; NULL with an exception set on error. Arguments are borrowed. */
 static PyObject *
 make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObject *device,
@@ -470,10 +548,10 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
             return PyObject_Vectorcall(MAKE_OP_PY, (PyObject *[]){op, args, dtype, shape, device, attrs}, 6, NULL);
     if (n == 2) {
         PyObject *a0 = PyTuple_GET_ITEM(args, 0), *a1 = PyTuple_GET_ITEM(args, 1);
-        unsigned long long m0 = PyLong_AsUnsignedLongLong(SLOT(a0, N_mask));
-        unsigned long long m1 = PyLong_AsUnsignedLongLong(SLOT(a1, N_mask));
-        long long f0 = PyLong_AsLongLong(SLOT(a0, N_flags)), f1 = PyLong_AsLongLong(SLOT(a1, N_flags));
-        long long l0 = PyLong_AsLongLong(SLOT(a0, N_lo)), l1 = PyLong_AsLongLong(SLOT(a1, N_lo));
+        unsigned long long m0 = as_ull(SLOT(a0, N_mask));
+        unsigned long long m1 = as_ull(SLOT(a1, N_mask));
+        long long f0 = as_ll(SLOT(a0, N_flags)), f1 = as_ll(SLOT(a1, N_flags));
+        long long l0 = lo_of(a0), l1 = lo_of(a1);
         if (PyErr_Occurred())
             return NULL;
         if (m0 & m1) { /* a leaf may be shared: the common cases here, the rest in Python */
@@ -487,7 +565,8 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
             sharing = Py_None;
             Py_INCREF(sharing);
         }
-        ckeys = PyTuple_Pack(2, SLOT(a0, N_key), SLOT(a1, N_key));
+        ckeys = sharing == Py_None && attrs == EMPTY ? Py_NewRef(EMPTY) /* (memo_key below) */
+                                                      : PyTuple_Pack(2, SLOT(a0, N_key), SLOT(a1, N_key));
         flags = ((f0 | f1) & FLAG_BITS) | (((f0 > f1 ? f0 : f1) & ~FLAG_BITS) + ONE_LEVEL);
         lo = l0 < l1 ? l0 : l1;
         mask = m0 | m1;
@@ -509,8 +588,8 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
         mask = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *a = PyTuple_GET_ITEM(args, i);
-            long long f = PyLong_AsLongLong(SLOT(a, N_flags)), l = PyLong_AsLongLong(SLOT(a, N_lo));
-            mask |= PyLong_AsUnsignedLongLong(SLOT(a, N_mask));
+            long long f = as_ll(SLOT(a, N_flags)), l = lo_of(a);
+            mask |= as_ull(SLOT(a, N_mask));
             if (PyErr_Occurred())
                 goto fail;
             all |= f;
@@ -529,18 +608,24 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
         flags |= F_REDUCE;
     else if (is_str(op, S_expand))
         flags |= F_EXPAND;
-    PyObject *kt = PyTuple_Pack(5, op, dtype, attrs, ckeys, sharing);
-    if (kt == NULL)
-        goto fail;
-    PyObject *key = intern(kt);
-    Py_DECREF(kt);
+    PyObject *key;
+    if (sharing == Py_None && attrs == EMPTY && n >= 1 && n <= 2) {
+        key = memo_key(op, dtype, SLOT(PyTuple_GET_ITEM(args, 0), N_key),
+                       n == 2 ? SLOT(PyTuple_GET_ITEM(args, 1), N_key) : NULL);
+    } else {
+        PyObject *kt = PyTuple_Pack(5, op, dtype, attrs, ckeys, sharing);
+        if (kt == NULL)
+            goto fail;
+        key = intern(kt);
+        Py_DECREF(kt);
+    }
     if (key == NULL)
         goto fail;
     PyObject *node = NodeT->tp_alloc(NodeT, 0);
     if (node != NULL && UNTRACK_NODES)
         PyObject_GC_UnTrack(node); /* (see UNTRACK_NODES) */
     PyObject *uid = node ? PyIter_Next(UIDS) : NULL;
-    long long u = uid ? PyLong_AsLongLong(uid) : -1;
+    long long u = uid ? as_ll(uid) : -1;
     PyObject *pflags = PyLong_FromLongLong(flags), *plo = PyLong_FromLongLong(lo < u ? lo : u);
     PyObject *pmask = PyLong_FromUnsignedLongLong(mask);
     if (node == NULL || uid == NULL || PyErr_Occurred() || !pflags || !plo || !pmask) {
@@ -646,7 +731,7 @@ new_node(PyTypeObject *t, PyObject *op, PyObject *dtype, PyObject *shape, PyObje
 {
     PyObject *n = t->tp_alloc(t, 0);
     PyObject *uid = n ? PyIter_Next(UIDS) : NULL;
-    long long u = uid ? PyLong_AsLongLong(uid) : -1;
+    long long u = uid ? as_ll(uid) : -1;
     PyObject *mask = u >= 0 ? PyLong_FromUnsignedLongLong(1ULL << (u % 64)) : NULL;
     PyObject *pflags = mask ? PyLong_FromLongLong(flags) : NULL;
     if (pflags == NULL) {
@@ -749,6 +834,8 @@ wrap_c(PyObject *node)
         Py_DECREF(node);
         return NULL;
     }
+    if (UNTRACK_NODES)
+        PyObject_GC_UnTrack(a); /* (see UNTRACK_NODES) */
     Py_INCREF(Py_None); Py_INCREF(Py_None);
     set_slot(a, A_node, node);
     set_slot(a, A_base, Py_None);
@@ -759,6 +846,8 @@ wrap_c(PyObject *node)
             Py_DECREF(a);
             return NULL;
         }
+        if (UNTRACK_NODES && PyObject_GC_IsTracked(r))
+            PyObject_GC_UnTrack(r);
         set_slot(a, A_pref, r);
         PyObject *mark = PyIter_Next(UIDS);
         if (mark == NULL) {
@@ -773,7 +862,7 @@ wrap_c(PyObject *node)
             return NULL;
         }
         Py_DECREF(id);
-        long long flags = PyLong_AsLongLong(SLOT(node, N_flags));
+        long long flags = as_ll(SLOT(node, N_flags));
         if (flags >= TOO_DEEP) { /* a long chain of pending ops (a loop that never reads): run it */
             PyObject *t = PyTuple_Pack(1, a);
             PyObject *res = t ? PyObject_CallOneArg(REALIZE, t) : NULL;
@@ -837,7 +926,28 @@ typedef struct {
     PyObject *qualname; /* the method name ("__mul__") */
     PyObject *dict;     /* attributes set from Python (__doc__, __signature__) */
     int kind;
+    /* the last rule-table answer: (k0, k1) -> out, strong references (an optimizer's loop asks
+     * the same question thousands of times a step: no key tuple, no dict lookup) */
+    PyObject *last_k0, *last_k1, *last_out;
 } Operator;
+
+/* rule_out through the operator's one-entry memo (k1 may be NULL: unary) */
+static PyObject *rule_out(PyObject *rules, PyObject *k0, PyObject *k1, PyObject *k2);
+
+static PyObject *
+rule_memo(Operator *o, PyObject *rules, PyObject *k0, PyObject *k1)
+{
+    if (o->last_out != NULL && o->last_k0 == k0 && o->last_k1 == k1)
+        return o->last_out;
+    PyObject *out = k1 ? rule_out(rules, o->name, k0, k1) : rule_out(rules, o->name, k0, NULL);
+    if (out == NULL)
+        return NULL;
+    Py_INCREF(k0); Py_XINCREF(k1); Py_INCREF(out);
+    Py_XSETREF(o->last_k0, k0);
+    Py_XSETREF(o->last_k1, k1);
+    Py_XSETREF(o->last_out, out);
+    return out;
+}
 
 /* 1 when the fast path may run: no gradient trace, fusion on */
 static inline int
@@ -849,13 +959,22 @@ fast_mode(void)
     PyObject *cur = PyDict_GetItemWithError(CONFIG_GLOBALS, S_current);
     if (cur == NULL)
         return 0;
+    /* config.current is a frozen dataclass, replaced (never changed) by ft.options: its answer
+     * is kept with a reference to it */
+    static PyObject *last_cur = NULL;
+    static int last_fuse = 0;
+    if (cur == last_cur)
+        return last_fuse;
     PyObject *f = PyObject_GetAttr(cur, S_fuse);
     if (f == NULL) {
         PyErr_Clear();
         return 0;
     }
     Py_DECREF(f);
-    return f == Py_True;
+    Py_INCREF(cur);
+    Py_XSETREF(last_cur, cur);
+    last_fuse = f == Py_True;
+    return last_fuse;
 }
 
 /* engine.stores' queue (setup_stores): its tables and Python definitions */
@@ -870,12 +989,15 @@ static Py_ssize_t
 bisect_left_c(PyObject *list, PyObject *x)
 {
     Py_ssize_t a = 0, b = PyList_GET_SIZE(list);
+    long long xv = as_ll(x); /* (spans are byte addresses: C integers, compared as such) */
+    if (xv == -1 && PyErr_Occurred())
+        return -1;
     while (a < b) {
         Py_ssize_t mid = (a + b) / 2;
-        int lt = PyObject_RichCompareBool(PyList_GET_ITEM(list, mid), x, Py_LT);
-        if (lt < 0)
+        long long v = as_ll(PyList_GET_ITEM(list, mid));
+        if (v == -1 && PyErr_Occurred())
             return -1;
-        if (lt)
+        if (v < xv)
             a = mid + 1;
         else
             b = mid;
@@ -893,7 +1015,10 @@ overlapping_c(PyObject *lo, PyObject *hi)
         return -1;
     if (a == 0 || a > PyList_GET_SIZE(ST_HIS))
         return 0;
-    return PyObject_RichCompareBool(PyList_GET_ITEM(ST_HIS, a - 1), lo, Py_GT);
+    long long h = as_ll(PyList_GET_ITEM(ST_HIS, a - 1)), l = as_ll(lo);
+    if ((h == -1 || l == -1) && PyErr_Occurred())
+        return -1;
+    return h > l;
 }
 
 /* a buffer node's byte span (its cached ``span``), a new reference to a (lo, hi) tuple */
@@ -1352,10 +1477,19 @@ deferring_c(void)
     PyObject *cur = PyDict_GetItemWithError(CONFIG_GLOBALS, S_current);
     if (cur == NULL)
         return PyErr_Occurred() ? -1 : 0;
+    static PyObject *last_cur = NULL; /* (a frozen dataclass: its answer kept, as fast_mode's) */
+    static int last = 0;
+    if (cur == last_cur)
+        return last;
     PyObject *d = PyObject_GetAttr(cur, S_defer_stores), *f = d ? PyObject_GetAttr(cur, S_fuse) : NULL;
     int r = d == NULL || f == NULL ? -1 : d == Py_True && f == Py_True;
     Py_XDECREF(d);
     Py_XDECREF(f);
+    if (r >= 0) {
+        Py_INCREF(cur);
+        Py_XSETREF(last_cur, cur);
+        last = r;
+    }
     return r;
 }
 
@@ -1370,7 +1504,7 @@ defer_c(PyObject *arr, PyObject *value)
     if (vnode == NULL || is_str(SLOT(vnode, N_op), S_buffer) || is_str(SLOT(vnode, N_op), S_scalar) ||
         is_str(SLOT(vnode, N_op), S_matmul))
         return 0;
-    long long fl = PyLong_AsLongLong(SLOT(vnode, N_flags));
+    long long fl = as_ll(SLOT(vnode, N_flags));
     if (fl == -1 && PyErr_Occurred())
         return -1;
     if (fl & (F_REDUCE | F_EXPAND))
@@ -1445,13 +1579,13 @@ defer_c(PyObject *arr, PyObject *value)
         Py_DECREF(f);
         f = b;
     }
-    if (f != NULL) {
+    if (f != NULL) { /* (code, bytecode offset): the line is found when asked (stores.site_of) */
         PyCodeObject *code = PyFrame_GetCode(f);
-        where = Py_BuildValue("(Oi)", code->co_filename, PyFrame_GetLineNumber(f));
+        where = Py_BuildValue("(Oi)", (PyObject *)code, PyFrame_GetLasti(f));
         Py_DECREF(code);
         Py_DECREF(f);
     } else {
-        where = Py_BuildValue("(si)", "?", 0);
+        where = Py_BuildValue("(Oi)", Py_None, 0);
     }
     if (where == NULL)
         goto error;
@@ -1527,13 +1661,18 @@ setitem_fast(PyObject *x, PyObject *key, PyObject *value)
     if ((sa != sb && PyObject_RichCompareBool(sa, sb, Py_EQ) != 1) ||
         (da != db && PyObject_RichCompareBool(da, db, Py_EQ) != 1))
         return PyErr_Occurred() ? -1 : 0;
-    PyObject *kind = PyObject_GetAttr(da, S_kind);
-    if (kind == NULL)
-        return -1;
-    int complex = !PyUnicode_Check(kind) || PyUnicode_CompareWithASCIIString(kind, "c") == 0;
-    Py_DECREF(kind);
-    if (complex)
-        return 0;
+    static PyObject *real_dt = NULL; /* the last dtype found not complex (a reference kept) */
+    if (da != real_dt) {
+        PyObject *kind = PyObject_GetAttr(da, S_kind);
+        if (kind == NULL)
+            return -1;
+        int complex = !PyUnicode_Check(kind) || PyUnicode_CompareWithASCIIString(kind, "c") == 0;
+        Py_DECREF(kind);
+        if (complex)
+            return 0;
+        Py_INCREF(da);
+        Py_XSETREF(real_dt, da);
+    }
     return defer_c(x, value);
 }
 
@@ -1552,7 +1691,7 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *a = SLOT(args[0], A_node);
         if (a == NULL || is_str(SLOT(a, N_op), S_scalar))
             goto fallback;
-        PyObject *out = rule_out(RULES1, o->name, SLOT(a, N_dtype), NULL);
+        PyObject *out = rule_memo(o, RULES1, SLOT(a, N_dtype), NULL);
         if (out == NULL)
             goto fallback;
         return result(o->name, PyTuple_Pack(1, a), out, a);
@@ -1616,7 +1755,7 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *da = SLOT(a, N_device), *db = SLOT(b, N_device);
         if (da != db && PyObject_RichCompareBool(da, db, Py_EQ) != 1)
             goto fallback;
-        PyObject *out = rule_out(RULES2, o->name, SLOT(a, N_dtype), SLOT(b, N_dtype));
+        PyObject *out = rule_memo(o, RULES2, SLOT(a, N_dtype), SLOT(b, N_dtype));
         if (out == NULL)
             goto fallback;
         PyObject *sa = SLOT(a, N_shape), *sb = SLOT(b, N_shape);
@@ -1635,8 +1774,8 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
     {
         if (o->kind == REFLECTED && is_str(SLOT(a, N_op), S_matmul))
             goto fallback;
-        PyObject *out = o->kind == REFLECTED ? rule_out(RULES2, o->name, (PyObject *)t, SLOT(a, N_dtype))
-                                             : rule_out(RULES2, o->name, SLOT(a, N_dtype), (PyObject *)t);
+        PyObject *out = o->kind == REFLECTED ? rule_memo(o, RULES2, (PyObject *)t, SLOT(a, N_dtype))
+                                             : rule_memo(o, RULES2, SLOT(a, N_dtype), (PyObject *)t);
         if (out == NULL)
             goto fallback;
         Py_INCREF(out); /* the scalar's construction may run Python code */
@@ -1675,6 +1814,9 @@ operator_dealloc(PyObject *self)
     Py_XDECREF(o->fallback);
     Py_XDECREF(o->qualname);
     Py_XDECREF(o->dict);
+    Py_XDECREF(o->last_k0);
+    Py_XDECREF(o->last_k1);
+    Py_XDECREF(o->last_out);
     PyObject_GC_Del(self);
 }
 
@@ -1752,6 +1894,7 @@ py_operator(PyObject *self, PyObject *args)
     o->qualname = qualname;
     o->dict = NULL;
     o->kind = kind;
+    o->last_k0 = o->last_k1 = o->last_out = NULL;
     PyObject_GC_Track((PyObject *)o);
     return (PyObject *)o;
 }
@@ -1832,7 +1975,7 @@ count_by(PyObject *name, long long k)
     PyObject *v = PyDict_GetItemWithError(STATS, name);
     if (v == NULL)
         return PyErr_Occurred() ? -1 : 0;
-    long long c = PyLong_AsLongLong(v);
+    long long c = as_ll(v);
     PyObject *w = c == -1 && PyErr_Occurred() ? NULL : PyLong_FromLongLong(c + k);
     if (w == NULL)
         return -1;
@@ -2326,7 +2469,7 @@ launch_hit(PyObject **roots, Py_ssize_t nroots, PyObject **arrays, Py_ssize_t na
         for (Py_ssize_t i = 0; i < nroots; i++) {
             Py_INCREF(SLOT(roots[i], N_key));
             PyTuple_SET_ITEM(keys, i, SLOT(roots[i], N_key));
-            unsigned long long mi = PyLong_AsUnsignedLongLong(SLOT(roots[i], N_mask));
+            unsigned long long mi = as_ull(SLOT(roots[i], N_mask));
             if (mi & m)
                 disjoint = 0;
             m |= mi;
@@ -2608,7 +2751,7 @@ py_realize_hit(PyObject *self, PyObject *seq)
                 Py_RETURN_TRUE; /* memory already */
             Py_RETURN_FALSE;
         }
-        long long flags = PyLong_AsLongLong(SLOT(x, N_flags));
+        long long flags = as_ll(SLOT(x, N_flags));
         if (flags == -1 && PyErr_Occurred())
             return NULL;
         if (PyTuple_GET_SIZE(SLOT(x, N_leaves)) == 0 || (flags & BY_SIZE))
@@ -2697,10 +2840,10 @@ pack_slots(const char *fmt, Py_ssize_t n, PyObject **items, char *buf)
             if (iv == NULL)
                 return -1;
             if (fmt[i] == 'Q') {
-                unsigned long long u = PyLong_AsUnsignedLongLong(iv);
+                unsigned long long u = as_ull(iv);
                 memcpy(slot, &u, 8);
             } else {
-                long long q = PyLong_AsLongLong(iv);
+                long long q = as_ll(iv);
                 memcpy(slot, &q, 8);
             }
             Py_DECREF(iv);
@@ -2725,7 +2868,7 @@ launch_call(PyObject *call, void *stream, void *params, int *status)
         PyObject *iv = PyLong_CheckExact(v) ? Py_NewRef(v) : PyNumber_Index(v);
         if (iv == NULL)
             return -1;
-        c[i] = i == 0 ? (unsigned long long)(uintptr_t)PyLong_AsVoidPtr(iv) : PyLong_AsUnsignedLongLong(iv);
+        c[i] = i == 0 ? (unsigned long long)(uintptr_t)PyLong_AsVoidPtr(iv) : as_ull(iv);
         Py_DECREF(iv);
         if (PyErr_Occurred())
             return -1;

@@ -8,6 +8,7 @@ for everything off their fast path (broadcasts, gradient traces, deferred stores
 
 from __future__ import annotations
 
+import inspect
 import os
 import subprocess
 import sys
@@ -705,7 +706,7 @@ def test_deferred_store_queued_in_c_as_python_queues_it(rng, monkeypatch):
             for x in xs:
                 set_fn(x, Ellipsis, x * 0.5 + g)
             set_fn(xs[1], Ellipsis, xs[1] * 2.0)
-            state = [(s.owner, s.tnode, s.node.key, s.span, os.path.basename(s.where[0]), s.target is s.tnode.data,
+            state = [(s.owner, s.tnode, s.node.key, s.span, (os.path.basename(s.site[0]), s.site[1]), s.target is s.tnode.data,
                       s.device) for s in stores.STORES]  # fmt: skip
             tables = (
                 sorted(stores._OWNERS) == sorted(id(x) for x in xs),
@@ -720,12 +721,15 @@ def test_deferred_store_queued_in_c_as_python_queues_it(rng, monkeypatch):
     before = ft.stats()["stores"]
     with monkeypatch.context() as mp:
         mp.setattr(engine, "defer", lambda *a: pytest.fail("the Python defer ran"))
+        c_line = inspect.currentframe().f_lineno + 1  # (the statement that queues, through the lambda)
         xs, c_state, c_tables = queue(lambda x, k, v: x.__setitem__(k, v))
     assert ft.stats()["stores"] - before == 4
     ys, py_state, py_tables = queue(setitem_py)
     assert len(c_state) == len(py_state) == 3
     for (co, ct, ck, cs, cw, ctd, cd), (po, pt, pk, ps, pw, ptd, pd), x, y in zip(c_state, py_state, xs, ys):
-        assert co is x and po is y and ck == pk and cw == pw == "test_native.py" and ctd and ptd and cd == pd
+        assert co is x and po is y and ck == pk and ctd and ptd and cd == pd
+        # the statement's file and line, found from (code, offset) when asked
+        assert cw == ("test_native.py", c_line) and pw[0] == "test_native.py" and pw[1] > 0
         assert cs == ct.span and ps == pt.span
     assert c_tables[0] and py_tables[0] and c_tables[1] == sorted(c_tables[1])
     assert [h - lo for lo, h in zip(*c_tables[1:])] == [h - lo for lo, h in zip(*py_tables[1:])]
@@ -745,21 +749,24 @@ def test_deferred_store_queued_in_c_as_python_queues_it(rng, monkeypatch):
 
 @native
 def test_c_made_op_nodes_are_freed_by_reference_counting(rng):
-    """Op and scalar nodes made in C are not tracked by the cyclic collector (nothing they refer to
-    refers back); with the collector off, a thousand eager steps and deferred-store steps leave no
-    nodes behind (traced allocations return to where they were)."""
+    """Op and scalar nodes made in C, the Arrays wrapping them and their weak references are not
+    tracked by the cyclic collector (nothing they refer to refers back); with the collector off, a
+    thousand eager steps, views of pending arrays and deferred-store steps leave nothing behind
+    (traced allocations return to where they were)."""
     import gc
     import tracemalloc
 
     x = ft.asarray(rng.standard_normal((8, 8)).astype(np.float32))
     y = x * 2.0 + 1.0
     assert not gc.is_tracked(y._node) and not gc.is_tracked(y._node.args[0])  # op nodes
-    assert gc.is_tracked(y)  # (arrays stay tracked)
+    assert not gc.is_tracked(y) and not gc.is_tracked(y._pref)  # the Array and its weak reference
     m = ft.asarray(np.zeros((8, 8), np.float32))
 
     def work():
         for _ in range(200):
             z = ft.tanh(x * 0.5 + x) * x - 1.0
+            w = z[:4] * 2.0  # a view of a pending array: its _base and the source's _views list
+            ft.evaluate(w)
             z.numpy()
             m[...] = m * 0.9 + z * 0.1
             ft.synchronize()

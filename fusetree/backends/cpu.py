@@ -571,6 +571,12 @@ class CPUBackend(Backend):
             np.copyto(o, buf, casting="unsafe")
 
     def gemm(self, a: Any, b: Any, out: Any = None, accumulate: bool = False) -> Any:
+        """``a @ b`` (into ``out``, adding to it when ``accumulate``). A product into an output of
+        its own dtype is written there by ``np.matmul`` (no temporary, no copy: NumPy stages
+        operands that overlap ``out``)."""
+        if out is not None and not accumulate and a.dtype == b.dtype == out.dtype and out.ndim == 2 \
+                and a.ndim == 2 and b.ndim == 2:  # fmt: skip
+            return np.matmul(a, b, out=out)
         return store_product(np.matmul(a, b), out, accumulate)
 
     # -- horizontal kernels (engine.horizontal) ------------------------------------------------

@@ -58,7 +58,23 @@ class Store:
         self.device = tnode.device
         self.node = node
         self.span = span
-        self.where = where  # (file, line) of the statement that queued it
+        self.where = where  # (code object, bytecode offset) of the statement that queued it
+
+    @property
+    def site(self) -> tuple[str, int]:
+        """(file, line) of the statement that queued this store (found when asked: an error, explain)."""
+        return site_of(self.where)
+
+
+def site_of(where: tuple) -> tuple[str, int]:
+    """(file, line) of a store's ``where``: (code object, bytecode offset), or (None, 0)."""
+    code, lasti = where
+    if code is None:
+        return ("?", 0)
+    for start, end, line in code.co_lines():
+        if start <= lasti < end:
+            return (code.co_filename, line if line is not None else code.co_firstlineno)
+    return (code.co_filename, code.co_firstlineno)
 
 
 _OWNERS: dict[int, Store] = {}  # id(owner Array) -> its queued store
@@ -118,7 +134,7 @@ def defer(arr: Any, value: Any, prepare: Any) -> bool:
         f: Any = sys._getframe(2)
         while f is not None and f.f_code.co_filename.startswith(_PACKAGE):  # the user's statement
             f = f.f_back
-        where = (f.f_code.co_filename, f.f_lineno) if f is not None else ("?", 0)
+        where = (f.f_code, f.f_lasti) if f is not None else (None, 0)  # (the line: site_of, on demand)
         if rec is not None:  # a second store to the array: its value already reads the first
             rec.node = pnode
             rec.where = where
@@ -152,7 +168,7 @@ def flush() -> None:
         try:
             _flush(stores)
         except FusetreeError as e:
-            lines = ", ".join(f"{f}:{ln}" for f, ln in sorted({s.where for s in stores}))[:500]
+            lines = ", ".join(f"{f}:{ln}" for f, ln in sorted({s.site for s in stores}))[:500]
             raise type(e)(f"{e} (while writing deferred stores queued at {lines})") from e
 
 
@@ -165,7 +181,8 @@ def describe() -> list[str]:
         stores = list(STORES)
         readers = _readers(stores, {id(s.owner): s.owner for s in stores})
         groups = _plan_groups(stores, readers)
-    where = {id(s.target): f"{os.path.basename(s.where[0])}:{s.where[1]}" for s in stores}
+    sites = {id(s): s.site for s in stores}
+    where = {id(s.target): f"{os.path.basename(sites[id(s)][0])}:{sites[id(s)][1]}" for s in stores}
     if groups is None:
         return [f"{len(stores)} deferred store(s), staged: every value computed first, then copied "
                 f"(a target is read through another view or by a value of another shape)"]  # fmt: skip
