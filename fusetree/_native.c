@@ -375,9 +375,10 @@ find(PyObject *t, Py_ssize_t n, PyObject *x) /* identity: nodes compare by ident
     return -1;
 }
 
-/* ir.node.merge_leaves for two operands whose Bloom masks overlap, its common cases: b a leaf of a's
- * tree, b's leaves ending a's, b with at most 8 leaves. Sets *leaves and *sharing (new references)
- * and returns 1; 0 when the Python definition must run; -1 on error. */
+/* ir.node.merge_leaves for two operands whose Bloom masks overlap: b a leaf of a's tree, b's leaves
+ * ending a's, any other (a scan per leaf up to 8 leaves, a table of addresses beyond). Sets
+ * *leaves and *sharing (new references) and returns 1 (0: the Python definition must run); -1 on
+ * error. */
 static int
 merge2(PyObject *a, PyObject *b, PyObject **leaves, PyObject **sharing)
 {
@@ -422,25 +423,56 @@ merge2(PyObject *a, PyObject *b, PyObject **leaves, PyObject **sharing)
     *leaves = first;
     return 1;
 small:
-    if (k > 8) {
-        Py_DECREF(first);
-        return 0;
-    }
     {
+        /* more than 8 leaves on the right (a backward pass's trees): an open-addressing table of
+         * the merged leaves' addresses instead of a scan per leaf */
+        Py_ssize_t cap = 0, *table = NULL;
+        if (k > 8) {
+            cap = 16;
+            while (cap < 2 * (n + k))
+                cap *= 2;
+            table = PyMem_Malloc(cap * sizeof(Py_ssize_t));
+            if (table == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            for (Py_ssize_t i = 0; i < cap; i++)
+                table[i] = -1;
+        }
+#define LEAF_SLOT(x) ((((size_t)(x)) >> 4) * 0x9E3779B97F4A7C15ULL >> 17)
         PyObject *merged = PyTuple_New(n + k), *where = PyTuple_New(k);
         if (merged == NULL || where == NULL) {
             Py_XDECREF(merged);
             Py_XDECREF(where);
+            PyMem_Free(table);
             goto fail;
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            Py_INCREF(PyTuple_GET_ITEM(first, i));
-            PyTuple_SET_ITEM(merged, i, PyTuple_GET_ITEM(first, i));
+            PyObject *x = PyTuple_GET_ITEM(first, i);
+            Py_INCREF(x);
+            PyTuple_SET_ITEM(merged, i, x);
+            if (table != NULL) { /* (a scalar may come twice: the last index, as the Python dict) */
+                size_t h = LEAF_SLOT(x) & (cap - 1);
+                while (table[h] >= 0 && PyTuple_GET_ITEM(first, table[h]) != x)
+                    h = (h + 1) & (cap - 1);
+                table[h] = i;
+            }
         }
         Py_ssize_t m = n;
         for (Py_ssize_t i = 0; i < k; i++) {
             PyObject *leaf = PyTuple_GET_ITEM(second, i);
-            Py_ssize_t j = find(merged, m, leaf);
+            Py_ssize_t j = -1;
+            if (table == NULL) {
+                j = find(merged, m, leaf);
+            } else {
+                size_t h = LEAF_SLOT(leaf) & (cap - 1);
+                while (table[h] >= 0 && PyTuple_GET_ITEM(merged, table[h]) != leaf)
+                    h = (h + 1) & (cap - 1);
+                if (table[h] >= 0)
+                    j = table[h];
+                else
+                    table[h] = m; /* (the index it gets below) */
+            }
             if (j < 0) {
                 j = m++;
                 Py_INCREF(leaf);
@@ -450,10 +482,13 @@ small:
             if (v == NULL) {
                 Py_DECREF(merged); /* (unfilled items are NULL: tupledealloc skips them) */
                 Py_DECREF(where);
+                PyMem_Free(table);
                 goto fail;
             }
             PyTuple_SET_ITEM(where, i, v);
         }
+#undef LEAF_SLOT
+        PyMem_Free(table);
         Py_DECREF(first);
         if (m < n + k && _PyTuple_Resize(&merged, m) < 0) {
             Py_DECREF(where);
@@ -1293,6 +1328,8 @@ make_view_leaf_c(PyObject *source, PyObject *fn, PyObject *src_strides, PyObject
     return n;
 }
 
+static PyObject *data_view_c(PyObject *data, PyObject *fn, PyObject *vk, PyObject *dtype, PyObject *device);
+
 /* frontend.views._leaf_view for one leaf of a pending op: a scalar itself, a buffer's cached view,
  * a slice of a GEMM's output (computed first, as Python does) as a ViewLeaf from the memoized
  * geometry. New reference; NULL without an error: the Python definition must run. */
@@ -1322,7 +1359,17 @@ leaf_view_c(PyObject *a, PyObject *fn, PyObject *vk)
     } else {
         Py_INCREF(data);
     }
-    PyObject *dtype = SLOT(a, N_dtype), *res = NULL, *k = NULL, *g = NULL, *dshape = NULL;
+    PyObject *res = data_view_c(data, fn, vk, SLOT(a, N_dtype), SLOT(a, N_device));
+    Py_DECREF(data);
+    return res;
+}
+
+/* frontend.views._arithmetic_view from the memoized geometry: ``fn(data)`` (basic index ``vk``) as
+ * a ViewLeaf. New reference; NULL without an error when the geometry is not memoized. */
+static PyObject *
+data_view_c(PyObject *data, PyObject *fn, PyObject *vk, PyObject *dtype, PyObject *device)
+{
+    PyObject *res = NULL, *k = NULL, *g = NULL, *dshape = NULL;
     PyObject *strides = PyObject_GetAttr(data, S_strides);
     if (strides == NULL || !(k = PyTuple_Pack(2, strides, dtype)))
         goto out;
@@ -1338,14 +1385,65 @@ leaf_view_c(PyObject *a, PyObject *fn, PyObject *vk)
     if (!PyTuple_Check(lay) || PyTuple_GET_SIZE(lay) != 2)
         goto out;
     res = make_view_leaf_c(data, fn, src_strides, PyTuple_GET_ITEM(g, 2), PyTuple_GET_ITEM(g, 0),
-                           PyTuple_GET_ITEM(g, 1), dtype, SLOT(a, N_device), PyTuple_GET_ITEM(lay, 0),
+                           PyTuple_GET_ITEM(g, 1), dtype, device, PyTuple_GET_ITEM(lay, 0),
                            PyTuple_GET_ITEM(lay, 1));
 out:
     Py_XDECREF(k);
     Py_XDECREF(dshape);
     Py_XDECREF(strides);
-    Py_DECREF(data);
     return res;
+}
+
+static int fold_sum_c(PyObject *self, PyObject *n); /* (below, with the engine's pieces) */
+
+/* frontend.views._buffer_view for a Buffer (not a ViewLeaf) with no cached view ``vk``: the view
+ * from the memoized geometry, cached on the buffer as the Python definition caches it, wrapped.
+ * New reference; NULL without an error: the Python definition runs. */
+static PyObject *
+fresh_view_c(PyObject *n, PyObject *vk)
+{
+    PyObject *arith = PyDict_GetItemWithError(VIEWS_GLOBALS, S_ARITHMETIC);
+    if (arith == NULL || PySequence_Contains(arith, S_i) != 1)
+        return NULL;
+    PyObject *basic = PyDict_GetItemWithError(BASIC_INDEX, vk);
+    if (basic == NULL || !PyTuple_Check(basic) || PyTuple_GET_SIZE(basic) != 2)
+        return NULL;
+    PyObject *data = PyObject_GetAttr(n, S_data);
+    if (data == NULL)
+        return NULL;
+    PyObject *fn = Py_NewRef(PyTuple_GET_ITEM(basic, 1));
+    PyObject *v = data_view_c(data, fn, vk, SLOT(n, N_dtype), SLOT(n, N_device));
+    Py_DECREF(data);
+    Py_DECREF(fn);
+    if (v == NULL)
+        return NULL;
+    PyObject *bound = SLOT(n, B_bound), *views = NULL;
+    if (bound == NULL || bound == Py_None) {
+        if (!(bound = PyDict_New())) {
+            Py_DECREF(v);
+            return NULL;
+        }
+        set_slot(n, B_bound, bound);
+    }
+    if (!PyDict_Check(bound)) {
+        Py_DECREF(v);
+        return NULL; /* (not this case: Python) */
+    }
+    views = PyDict_GetItemWithError(bound, S_views);
+    if (views == NULL || !PyDict_Check(views) || PyDict_GET_SIZE(views) > 64) {
+        views = PyDict_New();
+        if (views == NULL || PyDict_SetItem(bound, S_views, views) < 0) {
+            Py_XDECREF(views);
+            Py_DECREF(v);
+            return NULL;
+        }
+        Py_DECREF(views);
+    }
+    if (PyDict_SetItem(views, vk, v) < 0) {
+        Py_DECREF(v);
+        return NULL;
+    }
+    return wrap_c(v); /* (steals v) */
 }
 
 /* Array.__getitem__'s common case: a basic index seen before (its pieces memoized) of memory (a
@@ -1366,11 +1464,19 @@ getitem_fast(PyObject *self, PyObject *key)
         return NULL;
     Py_INCREF(n); /* (a GEMM computed below runs Python code: the node and its leaves stay alive) */
     PyObject *res = NULL, *sk = NULL, *v0 = NULL, *v1 = NULL;
+    int folded = fold_sum_c(self, n);
+    if (folded < 0)
+        goto out;
+    if (folded) { /* x@W + h@U + b is memory now: sliced as memory */
+        Py_SETREF(n, Py_NewRef(SLOT(self, A_node)));
+    }
     if (is_str(SLOT(n, N_op), S_buffer)) {
         PyObject *v = cached_view_c(n, vk);
         if (v != NULL) {
             Py_INCREF(v);
             res = wrap_c(v);
+        } else if (!PyErr_Occurred() && Py_TYPE(n) == BufferT) {
+            res = fresh_view_c(n, vk); /* (memory not sliced this way before: a fresh output) */
         }
         goto out;
     }
@@ -2121,6 +2227,78 @@ make_contiguous_c(PyObject *data, PyObject *device, PyObject *shape, PyObject *d
         set_slot(n, B_data, data);
     }
     return n;
+}
+
+/* engine.realization.fold_sliced_sum before ``self`` (node ``n``) is sliced: ``GEMM + buffer`` of
+ * one float dtype on a backend with ``fold_sliced_sums`` computed into memory (xp.add of the GEMM's
+ * memoized output and the buffer's data), the array a buffer over it. 1: done, 0: not this case
+ * (nothing changed), -1: error. */
+static int
+fold_sum_c(PyObject *self, PyObject *n)
+{
+    static PyObject *s_fold = NULL, *s_xp = NULL, *s_add = NULL, *s_f = NULL;
+    if (s_fold == NULL && (!(s_fold = PyUnicode_InternFromString("fold_sliced_sums")) ||
+                           !(s_xp = PyUnicode_InternFromString("xp")) || !(s_add = PyUnicode_InternFromString("add")) ||
+                           !(s_f = PyUnicode_InternFromString("f"))))
+        return -1;
+    PyObject *op = SLOT(n, N_op), *args = SLOT(n, N_args);
+    if (!is_str(op, s_add) || PyTuple_GET_SIZE(args) != 2 || CONTEXTS == NULL || HOOK == NULL || STORES == NULL ||
+        !PyList_Check(STORES) || PyList_GET_SIZE(STORES) > 0)
+        return 0;
+    PyObject *g = PyTuple_GET_ITEM(args, 0), *b = PyTuple_GET_ITEM(args, 1);
+    if (is_str(SLOT(g, N_op), S_buffer) && is_str(SLOT(b, N_op), S_matmul)) {
+        PyObject *t = g;
+        g = b;
+        b = t;
+    }
+    PyObject *dt = SLOT(n, N_dtype);
+    if (!is_str(SLOT(g, N_op), S_matmul) || !is_str(SLOT(b, N_op), S_buffer))
+        return 0;
+    int same = (SLOT(g, N_dtype) == dt || PyObject_RichCompareBool(SLOT(g, N_dtype), dt, Py_EQ) == 1) &&
+               (SLOT(b, N_dtype) == dt || PyObject_RichCompareBool(SLOT(b, N_dtype), dt, Py_EQ) == 1);
+    if (!same)
+        return PyErr_Occurred() ? -1 : 0;
+    PyObject *kind = PyObject_GetAttr(dt, S_kind);
+    if (kind == NULL)
+        return -1;
+    int real = PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_f) == 0;
+    Py_DECREF(kind);
+    int rec = attr_set(HOOK, S_recorder), tape = rec ? rec : attr_set(HOOK, S_tape);
+    if (!real || rec != 0 || tape != 0)
+        return rec < 0 || tape < 0 ? -1 : 0;
+    PyObject *device = SLOT(n, N_device), *ctx = PyDict_GetItemWithError(CONTEXTS, device);
+    if (ctx == NULL)
+        return PyErr_Occurred() ? -1 : 0; /* (no kernel run on this device yet: Python decides) */
+    PyObject *be = PyObject_GetAttr(ctx, S_be), *flag = be ? PyObject_GetAttr(be, s_fold) : NULL;
+    if (flag == NULL) {
+        Py_XDECREF(be);
+        return -1;
+    }
+    Py_DECREF(flag);
+    if (flag != Py_True) {
+        Py_DECREF(be);
+        return 0;
+    }
+    Py_INCREF(n); /* (the GEMM's Python code may run) */
+    int done = -1;
+    PyObject *gd = compute_gemm_c(g), *bd = NULL, *xp = NULL, *out = NULL, *node = NULL;
+    if (gd == NULL || !(bd = PyObject_GetAttr(b, S_data)) || !(xp = PyObject_GetAttr(be, s_xp)))
+        goto end;
+    out = PyObject_CallMethodObjArgs(xp, s_add, gd, bd, NULL);
+    if (out == NULL || !(node = make_contiguous_c(out, device, SLOT(n, N_shape), dt)))
+        goto end;
+    PyObject *lk = PyObject_CallMethodNoArgs(LOCK, S_acquire);
+    if (lk == NULL)
+        goto end;
+    Py_DECREF(lk);
+    done = set_buffer_c(self, out, device, node) < 0 ? -1 : 1;
+    if (release_engine_lock() < 0)
+        done = -1;
+end:
+    Py_XDECREF(gd); Py_XDECREF(bd); Py_XDECREF(xp); Py_XDECREF(out); Py_XDECREF(node);
+    Py_DECREF(n);
+    Py_DECREF(be);
+    return done;
 }
 
 /* executor.source_bound's common case: ``leaf``'s source a whole allocation of its own (a GEMM's

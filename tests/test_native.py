@@ -25,6 +25,15 @@ native = pytest.mark.skipif(nm.NATIVE is None, reason="fusetree._native is not b
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+@pytest.fixture
+def no_fold(monkeypatch):
+    """Slices of ``x@W + b`` pushed into both operands on the CPU too (as on CUDA), not the sum
+    computed into memory first (Backend.fold_sliced_sums)."""
+    from fusetree import backends
+
+    monkeypatch.setattr(backends.get("cpu"), "fold_sliced_sums", False)
+
+
 def test_the_extension_is_built_where_required():
     """CI builds the extension at install (.ci/run sets FUSETREE_REQUIRE_NATIVE=1)."""
     if os.environ.get("FUSETREE_REQUIRE_NATIVE") == "1" and os.environ.get("FUSETREE_NATIVE") != "0":
@@ -74,7 +83,8 @@ def test_make_op_builds_the_python_definitions_nodes(rng, monkeypatch):
 @native
 def test_shared_leaves_merge_as_the_python_definition():
     """The merge cases make_op does in C: a tree and its own leaf (either one), b's leaves ending
-    a's, a small merge, and a Bloom false positive (64 buffers: masks repeat every 64 uids)."""
+    a's, a small merge, a merge of more than 8 leaves, and Bloom false positives (64 buffers:
+    masks repeat every 64 uids)."""
     f32 = np.dtype(np.float32)
     xs = [nm.make_buffer(np.ones(3, np.float32), "cpu") for _ in range(70)]
     x, y, z = xs[:3]
@@ -83,6 +93,30 @@ def test_shared_leaves_merge_as_the_python_definition():
     twin = next(w for w in xs[3:] if w.mask & x.mask)  # same Bloom bit as x, another leaf
     cases = [(a, x), (a, y), (a, twin), (nm.make_op("add", (a, z), f32, (3,), "cpu"), a), (a, c), (c, a),
              (nm.make_op("tanh", (a,), f32, (3,), "cpu"), a), (a, nm.make_op("add", (twin, z), f32, (3,), "cpu"))]  # fmt: skip
+
+    def chain(leaves):  # a tree over these leaves, in order
+        t = leaves[0]
+        for w in leaves[1:]:
+            t = nm.make_op("add", (t, w), f32, (3,), "cpu")
+        return t
+
+    # more than 8 leaves on the right (the address table): some shared, in another order, or none
+    # shared with a Bloom bit in common (64 buffers apart)
+    big = chain([xs[5], y, *xs[10:20], x, xs[30]])
+    cases += [(a, big), (chain(xs[3:12]), chain(xs[40:45] + xs[8:3:-1] + xs[50:52])), (chain(xs[:12]), big),
+              (a, chain([twin, *(w for w in xs[20:31] if w is not twin)]))]  # fmt: skip
+    # a scalar node twice among the first operand's leaves (scalars carry no Bloom bit, so
+    # disjoint operands concatenate): its last index, as the Python dict gives it
+    half = nm.make_scalar(0.5)
+    dup = chain(
+        [
+            nm.make_op("multiply", (x, half), f32, (3,), "cpu"),
+            nm.make_op("multiply", (y, half), f32, (3,), "cpu"),
+        ]
+    )
+    assert [w for w in dup.leaves if w is half] == [half, half]
+    cases += [(dup, chain([half, *xs[20:28], y, half]))]
+    assert all(len(b.leaves) > 8 for _, b in cases[-5:])
     for args in cases:
         got, want = nm.make_op("add", args, f32, (3,), "cpu"), nm.make_op_py("add", args, f32, (3,), "cpu")
         _same(got, want)
@@ -836,7 +870,7 @@ def test_flush_signature_and_restore_in_c_match_python(rng):
 
 
 @native
-def test_gemm_sum_computed_in_c_for_a_slice(rng, monkeypatch):
+def test_gemm_sum_computed_in_c_for_a_slice(rng, monkeypatch, no_fold):
     """The first gate slice of ``x@W + h@U + b`` runs the pending GEMM sum in C (the backend's gemm,
     the second product accumulated into the first's output, the counters, the memo) as
     realization.compute_gemm does; a backend error propagates with the engine lock released."""
@@ -917,7 +951,7 @@ def test_gemm_fold_in_c_matches_python(rng, monkeypatch):
     [(slice(None), slice(0, 3)), (slice(None), slice(3, None)), (slice(1, None, 2), slice(None, None, -2)),
      (slice(None), 2), (None, slice(None), slice(1, 5)), (1,)],
 )  # fmt: skip
-def test_getitem_in_c_builds_the_python_views(rng, key, monkeypatch):
+def test_getitem_in_c_builds_the_python_views(rng, key, monkeypatch, no_fold):
     """A basic index of ``x@W + b`` (the gate slices of an LSTM step) and of memory: once its pieces
     are memoized, built in C — the nodes, view leaves and view bookkeeping of the Python
     __getitem__ — and NumPy's aliasing holds (the view follows its source's memory)."""
@@ -1037,3 +1071,53 @@ def test_realize_hit_launches_cpu_row_kernels_as_the_backend_does(rng, monkeypat
         got[direct] = y.numpy()
         assert got[direct].shape == shape and got[direct].dtype == np.dtype(dtype)
         np.testing.assert_array_equal(got[direct], want)
+
+
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_a_sliced_gemm_sum_with_a_bias_is_computed_into_memory_on_the_cpu(rng, path, monkeypatch):
+    """On the CPU (Backend.fold_sliced_sums) the first slice of ``x@W + h@U + b`` computes the sum
+    into memory with one NumPy add — the array becomes a buffer, as a GEMM does before a view of
+    it — in C and in Python alike, and every slice is a view of that memory. A value built from
+    the sum before keeps it; a view of it made before aliases the memory; a jit recording, a
+    gradient trace and queued stores take the pushed-down slices instead."""
+    x, h = (ft.asarray(rng.standard_normal((4, 6)).astype(np.float32)) for _ in range(2))
+    w, u = (ft.asarray(rng.standard_normal((6, 8)).astype(np.float32)) for _ in range(2))
+    b = ft.asarray(rng.standard_normal(8).astype(np.float32))
+    want = x.numpy() @ w.numpy() + h.numpy() @ u.numpy() + b.numpy()
+    if path == "c" and nm.NATIVE is None:
+        pytest.skip("fusetree._native is not built")
+    py = getattr(type(x).__getitem__, "__wrapped__", type(x).__getitem__)  # (the Python definition)
+    getitem = type(x).__getitem__ if path == "c" else py
+    k1, k2 = (slice(None), slice(2, 5)), (slice(None), slice(5, None))
+    py(x @ w + h @ u + b, k1), py(x @ w + h @ u + b, k2)  # (the indexes and view geometry memoized)
+    z = x @ w + h @ u + b
+    y = z * 2.0  # built from the pending sum before the slice
+    t = z.T  # a view of it before
+    with monkeypatch.context() as mp:
+        if path == "c":
+            mp.setattr(fa, "view_of", lambda *a: pytest.fail("the Python __getitem__ ran"))
+        s1, s2 = getitem(z, k1), getitem(z, k2)
+    assert z._node.op == "buffer" and s1._node.op == s2._node.op == "buffer" and s1._pref is None
+    assert s1._node.source is z._node.data and getitem(z, k1)._node is s1._node  # a cached view of it
+    np.testing.assert_allclose(z.numpy(), want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(s1.numpy(), z.numpy()[k1])
+    np.testing.assert_array_equal(s2.numpy(), z.numpy()[k2])
+    np.testing.assert_allclose(y.numpy(), 2 * want, rtol=1e-5, atol=1e-5)
+    z[...] = 0.0  # NumPy's aliasing: the earlier view and the slices follow the memory
+    assert not t.numpy().any() and not s1.numpy().any()
+    # not while recording, tracing or queueing: the slices are pushed into both operands
+    jf = ft.jit(lambda x, h, w, u, b: getitem(x @ w + h @ u + b, k1) * 1.0)
+    for _ in range(3):
+        np.testing.assert_allclose(jf(x, h, w, u, b).numpy(), want[k1], rtol=1e-5, atol=1e-5)
+    gw = ft.grad(lambda w: ft.sum(getitem(x @ w + h @ u + b, k1) ** 2))(w)
+    np.testing.assert_allclose(gw.numpy(), x.numpy().T[:, :] @ np.pad(2 * want[k1], ((0, 0), (2, 3))),
+                               rtol=1e-4, atol=1e-4)  # fmt: skip
+    m = ft.asarray(np.ones((3,), np.float32))
+    z = x @ w + h @ u + b
+    with ft.options(defer_stores=True):
+        m[...] = m * 2.0  # (queued)
+        q = getitem(z, k1)
+        assert z._node.op == "add" and q._node.op == "add"
+        np.testing.assert_allclose(q.numpy(), want[k1], rtol=1e-5, atol=1e-5)
+    ft.synchronize()
+    np.testing.assert_array_equal(m.numpy(), np.full(3, 2.0, np.float32))

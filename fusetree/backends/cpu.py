@@ -403,6 +403,7 @@ class CPUBackend(Backend):
     target = TARGET
     xp = np
     gemm_accumulate = True  # x@W + h@U: one product added into the other's output (one leaf)
+    fold_sliced_sums = True  # a sliced x@W + h@U + b: one NumPy add, then slices of memory (Backend)
 
     def __init__(self) -> None:
         self.ns = kernel_globals()

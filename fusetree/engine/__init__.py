@@ -8,6 +8,7 @@ from .realization import (
     assign,
     clear_cache,
     compute_gemm,
+    fold_sliced_sum,
     realize,
     realize_node,
     set_buffer,
@@ -18,5 +19,5 @@ from .state import HOOK, PENDING, STORES, check_readable, drop, reset_stats, sta
 from .stores import defer, deferring, flush, queued_store
 
 __all__ = ["HOOK", "PENDING", "STORES", "assign", "cache_info", "check_readable", "clear_cache", "compute_gemm", "defer",
-           "deferring", "drop", "flush", "queued_store", "realize", "realize_node", "reset_stats", "set_buffer",
+           "deferring", "fold_sliced_sum", "drop", "flush", "queued_store", "realize", "realize_node", "reset_stats", "set_buffer",
            "stats", "write_barrier", "write_group"]  # fmt: skip

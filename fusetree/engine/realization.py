@@ -410,6 +410,30 @@ def compute_gemm(n: Node) -> Any:
         return executor.compute_gemm(n, backends.get(n.device))
 
 
+def fold_sliced_sum(arr: Any) -> bool:
+    """Before ``arr`` is sliced: when its value is ``GEMM + array`` (either order, one float dtype)
+    on a backend with ``fold_sliced_sums``, compute the sum into memory (``arr`` becomes a buffer,
+    as a GEMM is before a view of it) and return True; False changes nothing. Not while a jit
+    recording, a gradient trace or deferred stores are active (they see the plain slices)."""
+    n = arr._node
+    if n.op != "add" or len(n.args) != 2 or arr._base is not None:
+        return False
+    if HOOK.recorder is not None or HOOK.tape is not None or STORES:
+        return False
+    g, b = n.args
+    if g.op == "buffer" and b.op == "matmul":
+        g, b = b, g
+    if g.op != "matmul" or b.op != "buffer" or n.dtype.kind != "f" or not (g.dtype == b.dtype == n.dtype):
+        return False
+    be = context(n.device).be
+    if not be.fold_sliced_sums:
+        return False
+    with LOCK:
+        out = be.xp.add(executor.compute_gemm(g, be), b.data)  # type: ignore[attr-defined]
+        set_buffer(arr, out, n.device, make_contiguous(out, n.device, n.shape, n.dtype))
+    return True
+
+
 # ---------------------------------------------------------------------------------------------
 # stores
 

@@ -296,6 +296,8 @@ class Array:
     def __getitem__(self, key: Any) -> Array:
         n = self._node
         vk = view_key(key)  # (NumPy integer slice bounds hash as the ints _int_slices makes them)
+        if vk is not None and n.op == "add" and TAPE is None and engine.fold_sliced_sum(self):
+            n = self._node  # x@W + h@U + b in memory first (Backend.fold_sliced_sums)
         if vk is not None:  # ints, slices and None only: a basic index, its pieces memoized
             if n.op == "buffer" and TAPE is None:
                 v = cached_view(n, vk)  # type: ignore[arg-type]

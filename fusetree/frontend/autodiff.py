@@ -163,10 +163,19 @@ class _Acc:
 _TILINGS: dict[tuple, tuple[bool, bool]] = {}
 
 
+def _hashable(key: Any) -> Any:
+    """An index key as a hashable value (slices are not hashable before Python 3.12)."""
+    if type(key) is slice:
+        return (slice, key.start, key.stop, key.step)
+    if type(key) is tuple:
+        return tuple(_hashable(k) for k in key)
+    return key
+
+
 def _tiling(shape: tuple[int, ...], keys: list) -> tuple[bool, bool]:
     """(the index views are pairwise disjoint, together they cover the whole array)."""
     try:
-        k = (shape, tuple(keys))
+        k = (shape, tuple(_hashable(key) for key in keys))
         hash(k)
     except TypeError:
         k = None
