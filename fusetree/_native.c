@@ -2281,17 +2281,28 @@ fold_sum_c(PyObject *self, PyObject *n)
     }
     Py_INCREF(n); /* (the GEMM's Python code may run) */
     int done = -1;
-    PyObject *gd = compute_gemm_c(g), *bd = NULL, *xp = NULL, *out = NULL, *node = NULL;
-    if (gd == NULL || !(bd = PyObject_GetAttr(b, S_data)) || !(xp = PyObject_GetAttr(be, s_xp)))
-        goto end;
-    out = PyObject_CallMethodObjArgs(xp, s_add, gd, bd, NULL);
-    if (out == NULL || !(node = make_contiguous_c(out, device, SLOT(n, N_shape), dt)))
-        goto end;
-    PyObject *lk = PyObject_CallMethodNoArgs(LOCK, S_acquire);
+    PyObject *gd = NULL, *bd = NULL, *xp = NULL, *out = NULL, *node = NULL;
+    PyObject *lk = PyObject_CallMethodNoArgs(LOCK, S_acquire); /* (an RLock: compute_gemm_c takes it too) */
     if (lk == NULL)
         goto end;
     Py_DECREF(lk);
-    done = set_buffer_c(self, out, device, node) < 0 ? -1 : 1;
+    /* a GEMM sum computed here is this array's memory: the bias is added into it (not memoized on
+     * the GEMM node: another tree reading it computes it again); one computed before is read */
+    int fresh = SLOT(g, N_memo) == Py_None;
+    if (!(gd = compute_gemm_c(g)) || !(bd = PyObject_GetAttr(b, S_data)) || !(xp = PyObject_GetAttr(be, s_xp)))
+        goto unlock;
+    if (fresh) {
+        set_slot(g, N_memo, Py_NewRef(Py_None));
+        PyObject *fn = PyObject_GetAttr(xp, s_add), *kw = fn ? Py_BuildValue("{s:O}", "out", gd) : NULL;
+        PyObject *pa = kw ? PyTuple_Pack(2, gd, bd) : NULL;
+        out = pa ? PyObject_Call(fn, pa, kw) : NULL;
+        Py_XDECREF(fn); Py_XDECREF(kw); Py_XDECREF(pa);
+    } else {
+        out = PyObject_CallMethodObjArgs(xp, s_add, gd, bd, NULL);
+    }
+    if (out != NULL && (node = make_contiguous_c(out, device, SLOT(n, N_shape), dt)) != NULL)
+        done = set_buffer_c(self, out, device, node) < 0 ? -1 : 1;
+unlock:
     if (release_engine_lock() < 0)
         done = -1;
 end:

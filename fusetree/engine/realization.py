@@ -429,7 +429,15 @@ def fold_sliced_sum(arr: Any) -> bool:
     if not be.fold_sliced_sums:
         return False
     with LOCK:
-        out = be.xp.add(executor.compute_gemm(g, be), b.data)  # type: ignore[attr-defined]
+        # a GEMM sum computed here is this array's memory: the bias is added into it (not memoized
+        # on the GEMM node: another tree reading it computes it again); one computed before is read
+        fresh = g.memo is None
+        data = executor.compute_gemm(g, be)
+        if fresh:
+            g.memo = None
+            out = be.xp.add(data, b.data, out=data)  # type: ignore[attr-defined]
+        else:
+            out = be.xp.add(data, b.data)  # type: ignore[attr-defined]
         set_buffer(arr, out, n.device, make_contiguous(out, n.device, n.shape, n.dtype))
     return True
 
