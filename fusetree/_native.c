@@ -2139,13 +2139,30 @@ compute_gemm_c(PyObject *n)
     for (Py_ssize_t i = 0; i < na; i++)
         if (!(ops[i] = PyObject_GetAttr(PyTuple_GET_ITEM(args, i), S_data)))
             goto done;
-    out = PyObject_VectorcallMethod(S_gemm, (PyObject *[]){be, ops[0], ops[1]}, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                    NULL);
-    for (Py_ssize_t i = 2; i < na && out != NULL; i += 2) {
-        PyObject *r = PyObject_VectorcallMethod(S_gemm, (PyObject *[]){be, ops[i], ops[i + 1], out, Py_True},
-                                                5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        Py_SETREF(out, r);
+    static PyObject *s_host_matmul = NULL;
+    if (s_host_matmul == NULL && !(s_host_matmul = PyUnicode_InternFromString("host_matmul")))
+        goto done;
+    PyObject *mm = PyObject_GetAttr(be, s_host_matmul);
+    if (mm == NULL)
+        goto done;
+    if (mm != Py_None) { /* a host backend: its products called directly, the others added in place */
+        out = PyObject_Vectorcall(mm, ops, 2, NULL);
+        for (Py_ssize_t i = 2; i < na && out != NULL; i += 2) {
+            PyObject *r = PyObject_Vectorcall(mm, ops + i, 2, NULL);
+            PyObject *sum = r ? PyNumber_InPlaceAdd(out, r) : NULL;
+            Py_XDECREF(r);
+            Py_SETREF(out, sum);
+        }
+    } else {
+        out = PyObject_VectorcallMethod(S_gemm, (PyObject *[]){be, ops[0], ops[1]},
+                                        3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        for (Py_ssize_t i = 2; i < na && out != NULL; i += 2) {
+            PyObject *r = PyObject_VectorcallMethod(S_gemm, (PyObject *[]){be, ops[i], ops[i + 1], out, Py_True},
+                                                    5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            Py_SETREF(out, r);
+        }
     }
+    Py_DECREF(mm);
     if (out == NULL || count_by(S_launches, na / 2) < 0 || count_by(S_gemms, na / 2) < 0) {
         Py_CLEAR(out);
         goto done;

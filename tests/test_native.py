@@ -902,6 +902,11 @@ def test_gemm_sum_computed_in_c_for_a_slice(rng, monkeypatch, no_fold):
     def broken(*a, **k):
         raise RuntimeError("gemm failed")
 
+    monkeypatch.setattr(be, "host_matmul", broken)  # (the CPU's products, called from C)
+    with pytest.raises(RuntimeError, match="gemm failed"):
+        (x @ w + h @ u + b)[:, 2:5]
+    assert _lock_released()
+    monkeypatch.setattr(be, "host_matmul", None)  # through Backend.gemm (as on CUDA)
     monkeypatch.setattr(be, "gemm", broken)
     with pytest.raises(RuntimeError, match="gemm failed"):
         (x @ w + h @ u + b)[:, 2:5]

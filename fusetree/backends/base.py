@@ -73,6 +73,10 @@ class Backend:
     # output and of the bias per slice, an op node, the view bookkeeping), and the fused kernel then
     # reads one operand per gate instead of two. On CUDA the add would be a launch of its own.
     fold_sliced_sums = False
+    # A host backend's 2-D product as one callable (NumPy's matmul ufunc on the CPU): the C
+    # accelerator runs a pending GEMM sum with it directly (the second product added in place),
+    # without :meth:`gemm`'s Python frame; None: through :meth:`gemm`.
+    host_matmul: Any = None
     xp: Any = np
 
     def cache_tag(self) -> str:

@@ -404,6 +404,7 @@ class CPUBackend(Backend):
     xp = np
     gemm_accumulate = True  # x@W + h@U: one product added into the other's output (one leaf)
     fold_sliced_sums = True  # a sliced x@W + h@U + b: one NumPy add, then slices of memory (Backend)
+    host_matmul = np.matmul  # (the C accelerator's GEMM sum: gemm's products without its frame)
 
     def __init__(self) -> None:
         self.ns = kernel_globals()
