@@ -9,6 +9,7 @@ import networkx as nx
 
 from . import backends, codegen, config, engine
 from .codegen import abi
+from .engine import realization as _realization
 from .engine.realization import find_extras
 from .engine.stores import describe as stores_describe
 from .frontend import Array, asarray
@@ -67,6 +68,9 @@ def evaluate(*arrays: Any) -> tuple[Array, ...]:
     >>> a.numpy().tolist(), b.numpy().tolist()
     ([2.0, 2.0, 2.0, 2.0], [3.0, 3.0, 3.0, 3.0])
     """
+    hit = _realization._REALIZE_HIT  # (the C accelerator's cached one-kernel plan: no Python frame more)
+    if hit is not None and hit(arrays):
+        return arrays
     for a in arrays:  # the common call, arrays only: no conversion pass
         if type(a) is not Array:
             break
