@@ -156,7 +156,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     ap.add_argument("--plot", default=None, help="loss curves of --curve to this PNG (matplotlib)")
     a = ap.parse_args(argv)
-    modes = [m for m in a.modes.split(",") if a.device == "cuda" or "graph" not in m]
+    known = ("fusetree", "fusetree-jit", "fusetree-graph", "torch-cudnn", "torch-lstmcell")
+    modes = ["fusetree" if m == "fusetree-eager" else m for m in a.modes.split(",")]  # (an alias)
+    unknown = [m for m in modes if m not in known]
+    if unknown:
+        ap.error(
+            f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(known)} (fusetree-eager = fusetree)"
+        )
+    modes = [m for m in modes if a.device == "cuda" or "graph" not in m]
     try:
         import torch
 
