@@ -984,6 +984,8 @@ rule_memo(Operator *o, PyObject *rules, PyObject *k0, PyObject *k1)
     return out;
 }
 
+static inline int fusing(void);
+
 /* 1 when the fast path may run: no gradient trace, fusion on */
 static inline int
 fast_mode(void)
@@ -991,6 +993,29 @@ fast_mode(void)
     PyObject *t = PyDict_GetItemWithError(ARRAY_GLOBALS, S_TAPE);
     if (t != NULL && t != Py_None)
         return 0;
+    return fusing();
+}
+
+/* fast_mode for the elementwise operators, which may also run while a gradient is traced: 1 (no
+ * trace), 2 (a trace: *tape, borrowed, gets an entry per op, as frontend.array.record appends),
+ * 0 (the Python operator) */
+static inline int
+fast_mode_traced(PyObject **tape)
+{
+    PyObject *t = PyDict_GetItemWithError(ARRAY_GLOBALS, S_TAPE);
+    *tape = NULL;
+    if (t != NULL && t != Py_None) {
+        if (!PyList_Check(t))
+            return 0;
+        *tape = t;
+    }
+    return fusing() ? (t != NULL && t != Py_None ? 2 : 1) : 0;
+}
+
+/* whether config.current.fuse is on */
+static inline int
+fusing(void)
+{
     PyObject *cur = PyDict_GetItemWithError(CONFIG_GLOBALS, S_current);
     if (cur == NULL)
         return 0;
@@ -1782,6 +1807,39 @@ setitem_fast(PyObject *x, PyObject *key, PyObject *value)
     return defer_c(x, value);
 }
 
+/* frontend.array.record for an elementwise op: (name, inputs, (), out node) appended to the trace,
+ * the result's uid in tape.produced, the inputs' in tape.whole. Steals ``res`` (an Array or NULL)
+ * and returns it; NULL on error. ``inputs``: the operands as the user gave them (a broadcast
+ * operand before its view), borrowed. */
+static PyObject *
+traced(PyObject *tape, PyObject *name, PyObject *inputs, PyObject *res)
+{
+    static PyObject *s_produced = NULL, *s_whole = NULL;
+    if (res == NULL || inputs == NULL)
+        goto error;
+    if (s_produced == NULL && (!(s_produced = PyUnicode_InternFromString("produced")) ||
+                               !(s_whole = PyUnicode_InternFromString("whole"))))
+        goto error;
+    PyObject *out = SLOT(res, A_node);
+    PyObject *entry = PyTuple_Pack(4, name, inputs, EMPTY, out);
+    if (entry == NULL)
+        goto error;
+    int bad = PyList_Append(tape, entry) < 0;
+    Py_DECREF(entry);
+    PyObject *produced = bad ? NULL : PyObject_GetAttr(tape, s_produced);
+    PyObject *whole = produced ? PyObject_GetAttr(tape, s_whole) : NULL;
+    bad = whole == NULL || PySet_Add(produced, SLOT(out, N_uid)) < 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(inputs) && !bad; i++)
+        bad = PySet_Add(whole, SLOT(PyTuple_GET_ITEM(inputs, i), N_uid)) < 0;
+    Py_XDECREF(produced);
+    Py_XDECREF(whole);
+    if (!bad)
+        return res;
+error:
+    Py_XDECREF(res);
+    return NULL;
+}
+
 static PyObject *
 operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1789,8 +1847,10 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (kwnames != NULL || ArrayT == NULL || NodeT == NULL)
         goto fallback;
+    PyObject *tape = NULL;
+    int mode;
     if (o->kind == UNARY) {
-        if (nargs != 1 || Py_TYPE(args[0]) != ArrayT || !fast_mode())
+        if (nargs != 1 || Py_TYPE(args[0]) != ArrayT || !(mode = fast_mode_traced(&tape)))
             goto fallback;
         if (watch_operands(args[0], NULL) < 0)
             return NULL;
@@ -1800,6 +1860,12 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *out = rule_memo(o, RULES1, SLOT(a, N_dtype), NULL);
         if (out == NULL)
             goto fallback;
+        if (mode == 2) {
+            PyObject *ins = PyTuple_Pack(1, a);
+            PyObject *r = ins ? traced(tape, o->name, ins, result(o->name, Py_NewRef(ins), out, a)) : NULL;
+            Py_XDECREF(ins);
+            return r;
+        }
         return result(o->name, PyTuple_Pack(1, a), out, a);
     }
     if (o->kind == SETITEM) {
@@ -1841,7 +1907,7 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         if (overflow || v > EXACT_INT || v < -EXACT_INT)
             goto fallback;
     }
-    if (!fast_mode())
+    if (!(mode = fast_mode_traced(&tape)))
         goto fallback;
     if (watch_operands(args[0], both ? other : NULL) < 0)
         return NULL;
@@ -1852,6 +1918,8 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *b = SLOT(other, A_node);
         if (b == NULL)
             goto fallback;
+        if (mode == 2 && (is_str(SLOT(a, N_op), S_matmul) || is_str(SLOT(b, N_op), S_matmul)))
+            goto fallback; /* (a traced GEMM fold or join: the Python operator records it) */
         if (is_str(SLOT(a, N_op), S_matmul) && is_str(SLOT(b, N_op), S_matmul)) { /* x@W + h@U */
             PyObject *r = PyUnicode_CompareWithASCIIString(o->name, "add") == 0 ? fold_fast(a, b) : NULL;
             if (r != NULL || PyErr_Occurred())
@@ -1868,12 +1936,26 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         if (sa != sb && PyObject_RichCompareBool(sa, sb, Py_EQ) != 1) {
             /* a buffer broadcast to the other's shape before (x + bias, c[0] * x): its cached view
              * (frontend.array._seen_broadcast); any other broadcast: the Python operator */
-            PyObject *v = seen_broadcast(b, sa);
-            if (v != NULL)
-                return result(o->name, PyTuple_Pack(2, a, v), out, a);
-            if (PyErr_Occurred() || (v = seen_broadcast(a, sb)) == NULL)
-                goto fallback;
-            return result(o->name, PyTuple_Pack(2, v, b), out, b);
+            PyObject *v = seen_broadcast(b, sa), *r;
+            if (v != NULL) {
+                r = result(o->name, PyTuple_Pack(2, a, v), out, a);
+            } else {
+                if (PyErr_Occurred() || (v = seen_broadcast(a, sb)) == NULL)
+                    goto fallback;
+                r = result(o->name, PyTuple_Pack(2, v, b), out, b);
+            }
+            if (mode == 2) { /* (the trace names the operands before the broadcast, as Python's) */
+                PyObject *ins = PyTuple_Pack(2, a, b);
+                r = traced(tape, o->name, ins, r);
+                Py_XDECREF(ins);
+            }
+            return r;
+        }
+        if (mode == 2) {
+            PyObject *ins = PyTuple_Pack(2, a, b);
+            PyObject *r = ins ? traced(tape, o->name, ins, result(o->name, Py_NewRef(ins), out, a)) : NULL;
+            Py_XDECREF(ins);
+            return r;
         }
         return result(o->name, PyTuple_Pack(2, a, b), out, a);
     }
@@ -1890,7 +1972,11 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
             Py_DECREF(out);
             return NULL;
         }
-        PyObject *r = result(o->name, o->kind == REFLECTED ? PyTuple_Pack(2, s, a) : PyTuple_Pack(2, a, s), out, a);
+        PyObject *ins = o->kind == REFLECTED ? PyTuple_Pack(2, s, a) : PyTuple_Pack(2, a, s);
+        PyObject *r = ins ? result(o->name, Py_NewRef(ins), out, a) : NULL;
+        if (mode == 2)
+            r = traced(tape, o->name, ins, r);
+        Py_XDECREF(ins);
         Py_DECREF(s);
         Py_DECREF(out);
         return r;
