@@ -377,8 +377,7 @@ find(PyObject *t, Py_ssize_t n, PyObject *x) /* identity: nodes compare by ident
 
 /* ir.node.merge_leaves for two operands whose Bloom masks overlap: b a leaf of a's tree, b's leaves
  * ending a's, any other (a scan per leaf up to 8 leaves, a table of addresses beyond). Sets
- * *leaves and *sharing (new references) and returns 1 (0: the Python definition must run); -1 on
- * error. */
+ * *leaves and *sharing (new references) and returns 1; -1 on error. */
 static int
 merge2(PyObject *a, PyObject *b, PyObject **leaves, PyObject **sharing)
 {
@@ -575,7 +574,7 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
           PyObject *attrs)
 {
     Py_ssize_t n = PyTuple_GET_SIZE(args);
-    PyObject *leaves = NULL, *sharing = NULL, *ckeys = NULL;
+    PyObject *leaves = NULL, *sharing = NULL;
     long long flags, lo;
     unsigned long long mask;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -589,9 +588,8 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
         long long l0 = lo_of(a0), l1 = lo_of(a1);
         if (PyErr_Occurred())
             return NULL;
-        if (m0 & m1) { /* a leaf may be shared: the common cases here, the rest in Python */
-            int done = merge2(a0, a1, &leaves, &sharing);
-            if (done < 0 || (!done && merge_py(args, &leaves, &sharing) < 0))
+        if (m0 & m1) { /* a leaf may be shared */
+            if (merge2(a0, a1, &leaves, &sharing) < 0)
                 return NULL;
         } else {
             leaves = concat_leaves(a0, a1);
@@ -600,8 +598,6 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
             sharing = Py_None;
             Py_INCREF(sharing);
         }
-        ckeys = sharing == Py_None && attrs == EMPTY ? Py_NewRef(EMPTY) /* (memo_key below) */
-                                                      : PyTuple_Pack(2, SLOT(a0, N_key), SLOT(a1, N_key));
         flags = ((f0 | f1) & FLAG_BITS) | (((f0 > f1 ? f0 : f1) & ~FLAG_BITS) + ONE_LEVEL);
         lo = l0 < l1 ? l0 : l1;
         mask = m0 | m1;
@@ -615,9 +611,6 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
         } else if (merge_py(args, &leaves, &sharing) < 0) {
             return NULL;
         }
-        ckeys = PyTuple_New(n);
-        if (ckeys == NULL)
-            goto fail;
         long long all = 0, deepest = 0;
         lo = LO_NONE_VALUE;
         mask = 0;
@@ -632,13 +625,9 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
                 deepest = f;
             if (l < lo)
                 lo = l;
-            Py_INCREF(SLOT(a, N_key));
-            PyTuple_SET_ITEM(ckeys, i, SLOT(a, N_key));
         }
         flags = (all & FLAG_BITS) | ((deepest & ~FLAG_BITS) + ONE_LEVEL);
     }
-    if (ckeys == NULL)
-        goto fail;
     if (is_str(op, S_reduce))
         flags |= F_REDUCE;
     else if (is_str(op, S_expand))
@@ -647,8 +636,12 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
     if (sharing == Py_None && attrs == EMPTY && n >= 1 && n <= 2) {
         key = memo_key(op, dtype, SLOT(PyTuple_GET_ITEM(args, 0), N_key),
                        n == 2 ? SLOT(PyTuple_GET_ITEM(args, 1), N_key) : NULL);
-    } else {
-        PyObject *kt = PyTuple_Pack(5, op, dtype, attrs, ckeys, sharing);
+    } else { /* (op, dtype, attrs, the operands' keys, sharing), interned */
+        PyObject *ckeys = PyTuple_New(n), *kt = NULL;
+        for (Py_ssize_t i = 0; ckeys != NULL && i < n; i++)
+            PyTuple_SET_ITEM(ckeys, i, Py_NewRef(SLOT(PyTuple_GET_ITEM(args, i), N_key)));
+        kt = ckeys ? PyTuple_Pack(5, op, dtype, attrs, ckeys, sharing) : NULL;
+        Py_XDECREF(ckeys);
         if (kt == NULL)
             goto fail;
         key = intern(kt);
@@ -683,7 +676,6 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
     set_slot(node, N_lo, plo);
     set_slot(node, N_mask, pmask);
     set_slot(node, N_memo, Py_None);
-    Py_DECREF(ckeys);
     Py_DECREF(sharing);
     PyObject *verify = PyDict_GetItemWithError(NODE_GLOBALS, S_VERIFY);
     if (verify != NULL && PyObject_IsTrue(verify)) {
@@ -698,7 +690,6 @@ make_op_c(PyObject *op, PyObject *args, PyObject *dtype, PyObject *shape, PyObje
 fail:
     Py_XDECREF(leaves);
     Py_XDECREF(sharing);
-    Py_XDECREF(ckeys);
     return NULL;
 }
 
@@ -974,7 +965,7 @@ rule_memo(Operator *o, PyObject *rules, PyObject *k0, PyObject *k1)
 {
     if (o->last_out != NULL && o->last_k0 == k0 && o->last_k1 == k1)
         return o->last_out;
-    PyObject *out = k1 ? rule_out(rules, o->name, k0, k1) : rule_out(rules, o->name, k0, NULL);
+    PyObject *out = rule_out(rules, o->name, k0, k1);
     if (out == NULL)
         return NULL;
     Py_INCREF(k0); Py_XINCREF(k1); Py_INCREF(out);
@@ -984,23 +975,42 @@ rule_memo(Operator *o, PyObject *rules, PyObject *k0, PyObject *k1)
     return out;
 }
 
-static inline int fusing(void);
+static PyObject *S_defer_stores;
 
-/* 1 when the fast path may run: no gradient trace, fusion on */
-static inline int
-fast_mode(void)
+/* config.current's ``fuse`` and ``defer_stores`` flags (*fuse, *defer): 0, or -1 with an exception
+ * set. config.current is a frozen dataclass, replaced (never changed) by ft.options: its answers
+ * are kept with a reference to it. */
+static int
+options_c(int *fuse, int *defer)
 {
-    PyObject *t = PyDict_GetItemWithError(ARRAY_GLOBALS, S_TAPE);
-    if (t != NULL && t != Py_None)
-        return 0;
-    return fusing();
+    static PyObject *last_cur = NULL;
+    static int last_fuse = 0, last_defer = 0;
+    PyObject *cur = PyDict_GetItemWithError(CONFIG_GLOBALS, S_current);
+    if (cur == NULL) { /* (not set up yet: every flag off) */
+        *fuse = *defer = 0;
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    if (cur != last_cur) {
+        PyObject *f = PyObject_GetAttr(cur, S_fuse), *d = f ? PyObject_GetAttr(cur, S_defer_stores) : NULL;
+        Py_XDECREF(f);
+        Py_XDECREF(d);
+        if (d == NULL)
+            return -1;
+        Py_INCREF(cur);
+        Py_XSETREF(last_cur, cur);
+        last_fuse = f == Py_True;
+        last_defer = d == Py_True;
+    }
+    *fuse = last_fuse;
+    *defer = last_defer;
+    return 0;
 }
 
-/* fast_mode for the elementwise operators, which may also run while a gradient is traced: 1 (no
- * trace), 2 (a trace: *tape, borrowed, gets an entry per op, as frontend.array.record appends),
- * 0 (the Python operator) */
+/* Whether an elementwise operator's fast path may run: fusion on (a failed probe: no). While a
+ * gradient is traced *tape is the trace (borrowed: the op appends its entry, as
+ * frontend.array.record does), else NULL. */
 static inline int
-fast_mode_traced(PyObject **tape)
+fast_mode(PyObject **tape)
 {
     PyObject *t = PyDict_GetItemWithError(ARRAY_GLOBALS, S_TAPE);
     *tape = NULL;
@@ -1009,32 +1019,12 @@ fast_mode_traced(PyObject **tape)
             return 0;
         *tape = t;
     }
-    return fusing() ? (t != NULL && t != Py_None ? 2 : 1) : 0;
-}
-
-/* whether config.current.fuse is on */
-static inline int
-fusing(void)
-{
-    PyObject *cur = PyDict_GetItemWithError(CONFIG_GLOBALS, S_current);
-    if (cur == NULL)
-        return 0;
-    /* config.current is a frozen dataclass, replaced (never changed) by ft.options: its answer
-     * is kept with a reference to it */
-    static PyObject *last_cur = NULL;
-    static int last_fuse = 0;
-    if (cur == last_cur)
-        return last_fuse;
-    PyObject *f = PyObject_GetAttr(cur, S_fuse);
-    if (f == NULL) {
+    int fuse, defer;
+    if (options_c(&fuse, &defer) < 0) {
         PyErr_Clear();
         return 0;
     }
-    Py_DECREF(f);
-    Py_INCREF(cur);
-    Py_XSETREF(last_cur, cur);
-    last_fuse = f == Py_True;
-    return last_fuse;
+    return fuse;
 }
 
 /* engine.stores' queue (setup_stores): its tables and Python definitions */
@@ -1042,7 +1032,7 @@ static PyObject *ST_OWNERS, *ST_LOS, *ST_HIS, *ST_STORE, *ST_WATCH, *ST_FLUSH, *
 static PyObject *ST_GLOBALS; /* engine.stores' namespace (MAX_QUEUED read from it per store) */
 static Py_ssize_t T_device, T_node, T_owner, T_span, T_target, T_tnode, T_where; /* Store's slots */
 static PyObject *S_MAX_QUEUED;
-static PyObject *S_span, *S_defer_stores, *S_stores, *S_owner, *S_node_attr, *S_where, *S_tnode;
+static PyObject *S_span, *S_stores, *S_owner, *S_node_attr, *S_where, *S_tnode;
 
 /* bisect.bisect_left(sorted list, x); -1 on error */
 static Py_ssize_t
@@ -1605,23 +1595,10 @@ release_engine_lock(void)
 static int
 deferring_c(void)
 {
-    PyObject *cur = PyDict_GetItemWithError(CONFIG_GLOBALS, S_current);
-    if (cur == NULL)
-        return PyErr_Occurred() ? -1 : 0;
-    static PyObject *last_cur = NULL; /* (a frozen dataclass: its answer kept, as fast_mode's) */
-    static int last = 0;
-    if (cur == last_cur)
-        return last;
-    PyObject *d = PyObject_GetAttr(cur, S_defer_stores), *f = d ? PyObject_GetAttr(cur, S_fuse) : NULL;
-    int r = d == NULL || f == NULL ? -1 : d == Py_True && f == Py_True;
-    Py_XDECREF(d);
-    Py_XDECREF(f);
-    if (r >= 0) {
-        Py_INCREF(cur);
-        Py_XSETREF(last_cur, cur);
-        last = r;
-    }
-    return r;
+    int fuse, defer;
+    if (options_c(&fuse, &defer) < 0)
+        return -1;
+    return fuse && defer;
 }
 
 /* engine.stores.defer for ``arr[...] = value`` of the target's shape and dtype (what
@@ -1815,7 +1792,7 @@ static PyObject *
 traced(PyObject *tape, PyObject *name, PyObject *inputs, PyObject *res)
 {
     static PyObject *s_produced = NULL, *s_whole = NULL;
-    if (res == NULL || inputs == NULL)
+    if (res == NULL)
         goto error;
     if (s_produced == NULL && (!(s_produced = PyUnicode_InternFromString("produced")) ||
                                !(s_whole = PyUnicode_InternFromString("whole"))))
@@ -1840,6 +1817,19 @@ error:
     return NULL;
 }
 
+/* result(), and while a gradient is traced (``tape`` not NULL) its trace entry, whose inputs are
+ * ``given`` (borrowed; NULL: the op's own ``args``, which this steals as result does) */
+static PyObject *
+result_traced(PyObject *tape, PyObject *name, PyObject *args, PyObject *out, PyObject *a, PyObject *given)
+{
+    if (tape == NULL || args == NULL)
+        return result(name, args, out, a);
+    PyObject *ins = Py_NewRef(given != NULL ? given : args);
+    PyObject *r = traced(tape, name, ins, result(name, args, out, a));
+    Py_DECREF(ins);
+    return r;
+}
+
 static PyObject *
 operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -1847,10 +1837,9 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     if (kwnames != NULL || ArrayT == NULL || NodeT == NULL)
         goto fallback;
-    PyObject *tape = NULL;
-    int mode;
+    PyObject *tape; /* (a gradient trace, or NULL: see fast_mode) */
     if (o->kind == UNARY) {
-        if (nargs != 1 || Py_TYPE(args[0]) != ArrayT || !(mode = fast_mode_traced(&tape)))
+        if (nargs != 1 || Py_TYPE(args[0]) != ArrayT || !fast_mode(&tape))
             goto fallback;
         if (watch_operands(args[0], NULL) < 0)
             return NULL;
@@ -1860,13 +1849,7 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *out = rule_memo(o, RULES1, SLOT(a, N_dtype), NULL);
         if (out == NULL)
             goto fallback;
-        if (mode == 2) {
-            PyObject *ins = PyTuple_Pack(1, a);
-            PyObject *r = ins ? traced(tape, o->name, ins, result(o->name, Py_NewRef(ins), out, a)) : NULL;
-            Py_XDECREF(ins);
-            return r;
-        }
-        return result(o->name, PyTuple_Pack(1, a), out, a);
+        return result_traced(tape, o->name, PyTuple_Pack(1, a), out, a, NULL);
     }
     if (o->kind == SETITEM) {
         if (nargs != 3 || Py_TYPE(args[0]) != ArrayT)
@@ -1907,7 +1890,7 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         if (overflow || v > EXACT_INT || v < -EXACT_INT)
             goto fallback;
     }
-    if (!(mode = fast_mode_traced(&tape)))
+    if (!fast_mode(&tape))
         goto fallback;
     if (watch_operands(args[0], both ? other : NULL) < 0)
         return NULL;
@@ -1918,7 +1901,7 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         PyObject *b = SLOT(other, A_node);
         if (b == NULL)
             goto fallback;
-        if (mode == 2 && (is_str(SLOT(a, N_op), S_matmul) || is_str(SLOT(b, N_op), S_matmul)))
+        if (tape != NULL && (is_str(SLOT(a, N_op), S_matmul) || is_str(SLOT(b, N_op), S_matmul)))
             goto fallback; /* (a traced GEMM fold or join: the Python operator records it) */
         if (is_str(SLOT(a, N_op), S_matmul) && is_str(SLOT(b, N_op), S_matmul)) { /* x@W + h@U */
             PyObject *r = PyUnicode_CompareWithASCIIString(o->name, "add") == 0 ? fold_fast(a, b) : NULL;
@@ -1936,28 +1919,19 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
         if (sa != sb && PyObject_RichCompareBool(sa, sb, Py_EQ) != 1) {
             /* a buffer broadcast to the other's shape before (x + bias, c[0] * x): its cached view
              * (frontend.array._seen_broadcast); any other broadcast: the Python operator */
-            PyObject *v = seen_broadcast(b, sa), *r;
-            if (v != NULL) {
-                r = result(o->name, PyTuple_Pack(2, a, v), out, a);
-            } else {
-                if (PyErr_Occurred() || (v = seen_broadcast(a, sb)) == NULL)
-                    goto fallback;
-                r = result(o->name, PyTuple_Pack(2, v, b), out, b);
-            }
-            if (mode == 2) { /* (the trace names the operands before the broadcast, as Python's) */
-                PyObject *ins = PyTuple_Pack(2, a, b);
-                r = traced(tape, o->name, ins, r);
-                Py_XDECREF(ins);
-            }
+            PyObject *va = NULL, *vb = seen_broadcast(b, sa);
+            if (vb == NULL && (PyErr_Occurred() || (va = seen_broadcast(a, sb)) == NULL))
+                goto fallback;
+            /* (a trace names the operands before the broadcast, as the Python operator's does) */
+            PyObject *given = tape != NULL ? PyTuple_Pack(2, a, b) : NULL;
+            if (tape != NULL && given == NULL)
+                return NULL;
+            PyObject *r = vb != NULL ? result_traced(tape, o->name, PyTuple_Pack(2, a, vb), out, a, given)
+                                     : result_traced(tape, o->name, PyTuple_Pack(2, va, b), out, b, given);
+            Py_XDECREF(given);
             return r;
         }
-        if (mode == 2) {
-            PyObject *ins = PyTuple_Pack(2, a, b);
-            PyObject *r = ins ? traced(tape, o->name, ins, result(o->name, Py_NewRef(ins), out, a)) : NULL;
-            Py_XDECREF(ins);
-            return r;
-        }
-        return result(o->name, PyTuple_Pack(2, a, b), out, a);
+        return result_traced(tape, o->name, PyTuple_Pack(2, a, b), out, a, NULL);
     }
     {
         if (o->kind == REFLECTED && is_str(SLOT(a, N_op), S_matmul))
@@ -1972,11 +1946,8 @@ operator_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw
             Py_DECREF(out);
             return NULL;
         }
-        PyObject *ins = o->kind == REFLECTED ? PyTuple_Pack(2, s, a) : PyTuple_Pack(2, a, s);
-        PyObject *r = ins ? result(o->name, Py_NewRef(ins), out, a) : NULL;
-        if (mode == 2)
-            r = traced(tape, o->name, ins, r);
-        Py_XDECREF(ins);
+        PyObject *r = result_traced(tape, o->name, o->kind == REFLECTED ? PyTuple_Pack(2, s, a) : PyTuple_Pack(2, a, s),
+                                    out, a, NULL);
         Py_DECREF(s);
         Py_DECREF(out);
         return r;
@@ -2333,16 +2304,15 @@ make_contiguous_c(PyObject *data, PyObject *device, PyObject *shape, PyObject *d
 }
 
 /* engine.realization.fold_sliced_sum before ``self`` (node ``n``) is sliced: ``GEMM + buffer`` of
- * one float dtype on a backend with ``fold_sliced_sums`` computed into memory (xp.add of the GEMM's
- * memoized output and the buffer's data), the array a buffer over it. 1: done, 0: not this case
- * (nothing changed), -1: error. */
+ * one float dtype on a backend with ``fold_sliced_sums`` computed into memory (the buffer's data
+ * added to the GEMM's output), the array a buffer over it. 1: done, 0: not this case (nothing
+ * changed), -1: error. */
 static int
 fold_sum_c(PyObject *self, PyObject *n)
 {
-    static PyObject *s_fold = NULL, *s_xp = NULL, *s_add = NULL, *s_f = NULL;
+    static PyObject *s_fold = NULL, *s_add = NULL, *s_f = NULL;
     if (s_fold == NULL && (!(s_fold = PyUnicode_InternFromString("fold_sliced_sums")) ||
-                           !(s_xp = PyUnicode_InternFromString("xp")) || !(s_add = PyUnicode_InternFromString("add")) ||
-                           !(s_f = PyUnicode_InternFromString("f"))))
+                           !(s_add = PyUnicode_InternFromString("add")) || !(s_f = PyUnicode_InternFromString("f"))))
         return -1;
     PyObject *op = SLOT(n, N_op), *args = SLOT(n, N_args);
     if (!is_str(op, s_add) || PyTuple_GET_SIZE(args) != 2 || CONTEXTS == NULL || HOOK == NULL || STORES == NULL ||
@@ -2384,7 +2354,7 @@ fold_sum_c(PyObject *self, PyObject *n)
     }
     Py_INCREF(n); /* (the GEMM's Python code may run) */
     int done = -1;
-    PyObject *gd = NULL, *bd = NULL, *xp = NULL, *out = NULL, *node = NULL;
+    PyObject *gd = NULL, *bd = NULL, *out = NULL, *node = NULL;
     PyObject *lk = PyObject_CallMethodNoArgs(LOCK, S_acquire); /* (an RLock: compute_gemm_c takes it too) */
     if (lk == NULL)
         goto end;
@@ -2392,24 +2362,18 @@ fold_sum_c(PyObject *self, PyObject *n)
     /* a GEMM sum computed here is this array's memory: the bias is added into it (not memoized on
      * the GEMM node: another tree reading it computes it again); one computed before is read */
     int fresh = SLOT(g, N_memo) == Py_None;
-    if (!(gd = compute_gemm_c(g)) || !(bd = PyObject_GetAttr(b, S_data)) || !(xp = PyObject_GetAttr(be, s_xp)))
+    if (!(gd = compute_gemm_c(g)) || !(bd = PyObject_GetAttr(b, S_data)))
         goto unlock;
-    if (fresh) {
+    if (fresh)
         set_slot(g, N_memo, Py_NewRef(Py_None));
-        PyObject *fn = PyObject_GetAttr(xp, s_add), *kw = fn ? Py_BuildValue("{s:O}", "out", gd) : NULL;
-        PyObject *pa = kw ? PyTuple_Pack(2, gd, bd) : NULL;
-        out = pa ? PyObject_Call(fn, pa, kw) : NULL;
-        Py_XDECREF(fn); Py_XDECREF(kw); Py_XDECREF(pa);
-    } else {
-        out = PyObject_CallMethodObjArgs(xp, s_add, gd, bd, NULL);
-    }
+    out = fresh ? PyNumber_InPlaceAdd(gd, bd) : PyNumber_Add(gd, bd);
     if (out != NULL && (node = make_contiguous_c(out, device, SLOT(n, N_shape), dt)) != NULL)
         done = set_buffer_c(self, out, device, node) < 0 ? -1 : 1;
 unlock:
     if (release_engine_lock() < 0)
         done = -1;
 end:
-    Py_XDECREF(gd); Py_XDECREF(bd); Py_XDECREF(xp); Py_XDECREF(out); Py_XDECREF(node);
+    Py_XDECREF(gd); Py_XDECREF(bd); Py_XDECREF(out); Py_XDECREF(node);
     Py_DECREF(n);
     Py_DECREF(be);
     return done;

@@ -68,7 +68,7 @@ class Backend:
     target = Target("cpu")
     gemm_accumulate = False  # can ``gemm(..., out=buf, accumulate=True)`` add into buf (beta=1)
     # Slicing a pending ``GEMM + array`` (an RNN's gates ``x@W + h@U + b``, sliced per gate)
-    # computes the sum into memory first, with ``xp.add``, when this is True: on the CPU one NumPy
+    # computes the sum into memory first (one add of the backend's arrays) when this is True: on the CPU one NumPy
     # add costs less host time than pushing each slice into both operands (a view of the GEMM's
     # output and of the bias per slice, an op node, the view bookkeeping), and the fused kernel then
     # reads one operand per gate instead of two. On CUDA the add would be a launch of its own.

@@ -19,5 +19,5 @@ from .state import HOOK, PENDING, STORES, check_readable, drop, reset_stats, sta
 from .stores import defer, deferring, flush, queued_store
 
 __all__ = ["HOOK", "PENDING", "STORES", "assign", "cache_info", "check_readable", "clear_cache", "compute_gemm", "defer",
-           "deferring", "fold_sliced_sum", "drop", "flush", "queued_store", "realize", "realize_node", "reset_stats", "set_buffer",
+           "deferring", "drop", "flush", "fold_sliced_sum", "queued_store", "realize", "realize_node", "reset_stats", "set_buffer",
            "stats", "write_barrier", "write_group"]  # fmt: skip

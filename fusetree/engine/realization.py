@@ -432,12 +432,12 @@ def fold_sliced_sum(arr: Any) -> bool:
         # a GEMM sum computed here is this array's memory: the bias is added into it (not memoized
         # on the GEMM node: another tree reading it computes it again); one computed before is read
         fresh = g.memo is None
-        data = executor.compute_gemm(g, be)
+        out = executor.compute_gemm(g, be)
         if fresh:
             g.memo = None
-            out = be.xp.add(data, b.data, out=data)  # type: ignore[attr-defined]
+            out += b.data  # type: ignore[attr-defined]
         else:
-            out = be.xp.add(data, b.data)  # type: ignore[attr-defined]
+            out = out + b.data  # type: ignore[attr-defined]
         set_buffer(arr, out, n.device, make_contiguous(out, n.device, n.shape, n.dtype))
     return True
 

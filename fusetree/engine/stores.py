@@ -181,8 +181,10 @@ def describe() -> list[str]:
         stores = list(STORES)
         readers = _readers(stores, {id(s.owner): s.owner for s in stores})
         groups = _plan_groups(stores, readers)
-    sites = {id(s): s.site for s in stores}
-    where = {id(s.target): f"{os.path.basename(sites[id(s)][0])}:{sites[id(s)][1]}" for s in stores}
+    where = {}
+    for s in stores:
+        file, line = s.site
+        where[id(s.target)] = f"{os.path.basename(file)}:{line}"
     if groups is None:
         return [f"{len(stores)} deferred store(s), staged: every value computed first, then copied "
                 f"(a target is read through another view or by a value of another shape)"]  # fmt: skip
